@@ -1,0 +1,99 @@
+/*
+ * scalar.c - the portable kernel table: plain C11 tile functions, no intrinsics.
+ *
+ * It is the fallback on every CPU and the ground truth the SIMD tables are compared
+ * against tile by tile in tests/test_ukernel.c, so it is written to be obviously
+ * right rather than fast: straight loops the compiler may vectorise with the baseline
+ * ISA (SSE2 on x86-64), libm expf. It is not a performance path; a CPU with AVX2, AVX-512
+ * or NEON never runs it unless SDPA_ISA=scalar asks.
+ *
+ * Kp layout: transposed, Kp[d * n + j] = K[j][d], so qk's inner loop runs over
+ * contiguous keys. kp_align is 1: no padding.
+ */
+#include <math.h>
+#include <stddef.h>
+
+#include "../ukernel.h"
+
+static void scalar_pack_k(int n, int dk, const float *k, int64_t ldk, float *kp) {
+    for (int j = 0; j < n; j++)
+        for (int d = 0; d < dk; d++)
+            kp[(size_t)d * (size_t)n + (size_t)j] = k[(int64_t)j * ldk + d];
+}
+
+static void scalar_qk(int m, int n, int dk, float scale, const float *q, int ldq,
+                      const float *kp, float *s, int lds) {
+    for (int r = 0; r < m; r++) {
+        const float *qr = q + (size_t)r * (size_t)ldq;
+        float *sr = s + (size_t)r * (size_t)lds;
+        for (int j = 0; j < n; j++)
+            sr[j] = 0.0f;
+        for (int d = 0; d < dk; d++) {
+            const float qv = qr[d];
+            const float *kd = kp + (size_t)d * (size_t)n;
+            for (int j = 0; j < n; j++)
+                sr[j] += qv * kd[j];
+        }
+        for (int j = 0; j < n; j++)
+            sr[j] *= scale;
+    }
+}
+
+static void scalar_softmax(int m, int n, float *s, int lds, float *m_run, float *l_run,
+                           float *alpha) {
+    for (int r = 0; r < m; r++) {
+        float *sr = s + (size_t)r * (size_t)lds;
+        /* NaN scores fail every comparison, so they never become the max; they reach
+         * l_run through expf(NaN) = NaN below. */
+        float mx = m_run[r];
+        for (int j = 0; j < n; j++)
+            if (sr[j] > mx)
+                mx = sr[j];
+        /* A row that has seen only masked keys keeps mx = -inf; subtracting 0 instead
+         * turns its -inf scores into exp(-inf) = 0 rather than exp(NaN). */
+        const float mu = (mx == -INFINITY) ? 0.0f : mx;
+        float sum = 0.0f;
+        for (int j = 0; j < n; j++) {
+            const float p = expf(sr[j] - mu);
+            sr[j] = p;
+            sum += p;
+        }
+        const float a = expf(m_run[r] - mu);
+        alpha[r] = a;
+        l_run[r] = a * l_run[r] + sum;
+        m_run[r] = mx;
+    }
+}
+
+static void scalar_pv(int m, int n, int dv, const float *p, int ldp, const float *v,
+                      int64_t ldv, const float *alpha, float *o, int ldo) {
+    for (int r = 0; r < m; r++) {
+        float *orow = o + (size_t)r * (size_t)ldo;
+        const float *pr = p + (size_t)r * (size_t)ldp;
+        if (alpha) {
+            const float a = alpha[r];
+            for (int d = 0; d < dv; d++)
+                orow[d] *= a;
+        }
+        for (int j = 0; j < n; j++) {
+            const float pj = pr[j];
+            const float *vj = v + (int64_t)j * ldv;
+            for (int d = 0; d < dv; d++)
+                orow[d] += pj * vj[d];
+        }
+    }
+}
+
+_Static_assert(SDPA_KERNELS_NFUNCS == 4, "the scalar table must provide every tile function");
+
+const sdpa_kernels sdpa_kernels_scalar = {
+    .isa = SDPA_ISA_SCALAR,
+    .name = "scalar",
+    .br = 32,
+    .bc = 64,
+    .kp_align = 1,
+    .pack_k = scalar_pack_k,
+    .qk = scalar_qk,
+    .softmax = scalar_softmax,
+    .pv = scalar_pv,
+};

@@ -1,0 +1,78 @@
+/*
+ * ukernel.h - the kernel contract: the tile functions every ISA provides, and the one
+ * const table per ISA that bundles them.
+ *
+ * This is what kernels/ and src/ agree on, nothing more. Tile functions are pure and
+ * single-threaded: they read their inputs, write only their outputs, keep no state and
+ * never allocate. They know nothing of batches, heads, masks, threads or the caller's
+ * dtypes; the driver (src/sdpa.c) slices the problem into tiles and calls them.
+ *
+ * One block step of the online softmax (DESIGN section 4), for a tile of m query rows
+ * (m <= br) against n keys (n <= bc):
+ *
+ *     pack_k   Kp = layout_of_this_isa(K[j0 .. j0+n, 0 .. dk])
+ *     qk       S  = scale * Q Kp^T                      m x n, fp32
+ *     (driver) S[r][j] = -inf where key j is masked for row r
+ *     softmax  mx = max(m_run, rowmax S); mu = (mx == -inf ? 0 : mx)
+ *              S  = exp(S - mu); alpha = exp(m_run - mu)
+ *              l_run = alpha * l_run + rowsum S; m_run = mx
+ *     pv       O  = alpha * O + S V                     m x dv, fp32
+ *
+ * Strides (ld*) are in floats. Pointers into caller memory (k, v) may be unaligned to
+ * anything beyond 4 bytes and must not be read past the last element of the last row
+ * (the guard-page tests enforce this); pointers into driver scratch (q, kp, s, o, m_run,
+ * l_run, alpha) are 64-byte aligned and their rows are ld apart, with ld a multiple of
+ * 16 floats.
+ */
+#ifndef SDPA_UKERNEL_H
+#define SDPA_UKERNEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sdpa.h"
+
+typedef struct sdpa_kernels {
+    sdpa_isa isa;      /* which ISA this table is */
+    const char *name;  /* sdpa_isa_name(isa) */
+    int br;            /* query rows per work item (Br) */
+    int bc;            /* keys per block (Bc) */
+    int kp_align;      /* pack_k pads the key count up to a multiple of this */
+
+    /* Kp <- the n x dk block of K whose rows are ldk apart, in this table's own layout.
+     * Kp holds round_up(n, kp_align) * dk floats; padding keys are packed as zeros. */
+    void (*pack_k)(int n, int dk, const float *k, int64_t ldk, float *kp);
+
+    /* S[r][j] = scale * sum_d Q[r][d] * K[j][d] for r < m, j < n, from the packed Kp.
+     * Q rows are ldq apart, S rows lds apart. Columns of S at and beyond n may be
+     * written (up to round_up(n, kp_align)) and hold no meaning. */
+    void (*qk)(int m, int n, int dk, float scale, const float *q, int ldq, const float *kp,
+               float *s, int lds);
+
+    /* The online-softmax step above on m rows of n scores, in place (S becomes P).
+     * NaN scores propagate to l_run; -inf scores become exactly 0. */
+    void (*softmax)(int m, int n, float *s, int lds, float *m_run, float *l_run,
+                    float *alpha);
+
+    /* O[r][:dv] = alpha[r] * O[r][:dv] + sum_{j<n} P[r][j] * V[j][:dv] for r < m.
+     * alpha == NULL means no rescale (O += P V). V rows are ldv apart (caller memory),
+     * P rows ldp apart, O rows ldo apart. */
+    void (*pv)(int m, int n, int dv, const float *p, int ldp, const float *v, int64_t ldv,
+               const float *alpha, float *o, int ldo);
+} sdpa_kernels;
+
+/* Number of function pointers in a table. Every table file asserts it still equals the
+ * count it was written for, so a function added to the contract breaks the build of
+ * every ISA until each one provides it. */
+#define SDPA_KERNELS_NFUNCS 4
+_Static_assert(sizeof(sdpa_kernels) ==
+                   offsetof(sdpa_kernels, pack_k) + SDPA_KERNELS_NFUNCS * sizeof(void (*)(void)),
+               "SDPA_KERNELS_NFUNCS must count the function pointers of sdpa_kernels");
+
+/* The tables. Only those whose ISA the build targets are defined (see the Makefile). */
+extern const sdpa_kernels sdpa_kernels_scalar;
+extern const sdpa_kernels sdpa_kernels_avx2;
+extern const sdpa_kernels sdpa_kernels_avx512;
+extern const sdpa_kernels sdpa_kernels_neon;
+
+#endif /* SDPA_UKERNEL_H */

@@ -1,0 +1,63 @@
+/*
+ * api.c - the small public helpers: status strings, the version, tensor-view builders.
+ *
+ * Nothing here computes attention or touches tensor data.
+ */
+#include "internal.h"
+
+const char *sdpa_strerror(sdpa_status status) {
+    switch (status) {
+    case SDPA_OK:
+        return "success";
+    case SDPA_ERR_NULL_POINTER:
+        return "a required pointer is NULL";
+    case SDPA_ERR_BAD_DIMENSION:
+        return "a dimension is out of range (<= 0 or above the documented maximum)";
+    case SDPA_ERR_BAD_HEADS:
+        return "heads_q is not a multiple of heads_kv";
+    case SDPA_ERR_BAD_STRIDE:
+        return "a stride is negative, or an output's strides map two elements to one address";
+    case SDPA_ERR_OVERFLOW:
+        return "an operand's extent overflows 64-bit offsets or the address space";
+    case SDPA_ERR_OVERLAP:
+        return "an output shares memory with an input or with the other output";
+    case SDPA_ERR_BAD_DTYPE:
+        return "unknown or unsupported dtype";
+    case SDPA_ERR_BAD_ARGUMENT:
+        return "a descriptor field is out of range";
+    case SDPA_ERR_OUT_OF_MEMORY:
+        return "out of memory";
+    case SDPA_ERR_UNSUPPORTED_ISA:
+        return "the requested ISA is not built in or not usable on this CPU";
+    case SDPA_ERR_MISALIGNED:
+        return "a data pointer is not aligned to its element size";
+    }
+    return "unknown status";
+}
+
+const char *sdpa_version(void) { return SDPA_VERSION_STRING; }
+
+/* Strides of a contiguous 4-d tensor; a product that overflows int64 saturates, so
+ * validation reports SDPA_ERR_OVERFLOW rather than wrapping to a plausible stride. */
+static int64_t mul_sat(int64_t a, int64_t b) {
+    int64_t r;
+    return __builtin_mul_overflow(a, b, &r) ? INT64_MAX : r;
+}
+
+sdpa_tensor sdpa_tensor_bhtd(const void *data, sdpa_dtype dtype, int64_t heads, int64_t len,
+                             int64_t dim) {
+    sdpa_tensor t = {.data = (void *)(uintptr_t)data, .dtype = dtype};
+    t.stride_t = dim;
+    t.stride_h = mul_sat(len, dim);
+    t.stride_b = mul_sat(heads, t.stride_h);
+    return t;
+}
+
+sdpa_tensor sdpa_tensor_bthd(const void *data, sdpa_dtype dtype, int64_t heads, int64_t len,
+                             int64_t dim) {
+    sdpa_tensor t = {.data = (void *)(uintptr_t)data, .dtype = dtype};
+    t.stride_h = dim;
+    t.stride_t = mul_sat(heads, dim);
+    t.stride_b = mul_sat(len, t.stride_t);
+    return t;
+}
