@@ -1,0 +1,21 @@
+/*
+ * suites.h - the test suites main.c runs. Each is a plain function that records its
+ * checks through the harness; the ISA-dependent ones run once per usable ISA with
+ * th_isa set.
+ */
+#ifndef SDPA_TEST_SUITES_H
+#define SDPA_TEST_SUITES_H
+
+void suite_api(void);     /* validation, helpers (once) */
+void suite_seeds(void);   /* numbers printed in ../shared/seeds */
+void suite_sweep(void);   /* shape sweeps around tile edges */
+void suite_layout(void);  /* strided, BSHD, misaligned, guard-before buffers */
+void suite_threads(void); /* thread counts and bit-identical results */
+void suite_skip(void);    /* causal block skipping counters */
+void suite_traps(void);   /* large logits, one-hot, masked rows, NaN */
+void suite_broken(void);  /* a deliberately broken kernel must be caught */
+
+/* Set by main.c from --quick: smaller sweeps for slow builds (sanitizers). */
+extern int th_quick;
+
+#endif /* SDPA_TEST_SUITES_H */

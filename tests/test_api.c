@@ -1,0 +1,255 @@
+/*
+ * test_api.c - input validation and the small public helpers.
+ *
+ * One check per kind of bad input, each on sdpa_forward and sdpa_reference, and each
+ * also checking that the outputs (o and lse) were not touched. Runs once, not per ISA:
+ * validation happens before any kernel is chosen.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "suites.h"
+
+enum { B = 2, HQ = 4, HKV = 2, TQ = 5, TKV = 7, DK = 8, DV = 6 };
+
+typedef struct fixture {
+    float q[B * HQ * TQ * DK], k[B * HKV * TKV * DK], v[B * HKV * TKV * DV];
+    float o[B * HQ * TQ * DV], lse[B * HQ * TQ];
+    sdpa_desc d;
+    sdpa_tensor tq, tk, tv, to;
+} fixture;
+
+static void fixture_init(fixture *f) {
+    uint64_t rng = 42;
+    for (size_t i = 0; i < sizeof f->q / sizeof f->q[0]; i++)
+        f->q[i] = th_rand_float(&rng);
+    for (size_t i = 0; i < sizeof f->k / sizeof f->k[0]; i++)
+        f->k[i] = th_rand_float(&rng);
+    for (size_t i = 0; i < sizeof f->v / sizeof f->v[0]; i++)
+        f->v[i] = th_rand_float(&rng);
+    memset(f->o, 0xA5, sizeof f->o);
+    memset(f->lse, 0xA5, sizeof f->lse);
+    f->d = (sdpa_desc){.batch = B, .heads_q = HQ, .heads_kv = HKV, .len_q = TQ,
+                       .len_kv = TKV, .dim_qk = DK, .dim_v = DV};
+    f->tq = sdpa_tensor_bhtd(f->q, SDPA_F32, HQ, TQ, DK);
+    f->tk = sdpa_tensor_bhtd(f->k, SDPA_F32, HKV, TKV, DK);
+    f->tv = sdpa_tensor_bhtd(f->v, SDPA_F32, HKV, TKV, DV);
+    f->to = sdpa_tensor_bhtd(f->o, SDPA_F32, HQ, TQ, DV);
+}
+
+static int untouched(const fixture *f) {
+    for (size_t i = 0; i < sizeof f->o; i++)
+        if (((const unsigned char *)f->o)[i] != 0xA5)
+            return 0;
+    for (size_t i = 0; i < sizeof f->lse; i++)
+        if (((const unsigned char *)f->lse)[i] != 0xA5)
+            return 0;
+    return 1;
+}
+
+/* A mutation of a valid fixture and the status it must produce. */
+typedef void (*mutate_fn)(fixture *f, const sdpa_desc **d, const sdpa_tensor **q,
+                          const sdpa_tensor **k, const sdpa_tensor **v,
+                          const sdpa_tensor **o, float **lse);
+
+static void expect(const char *name, mutate_fn mut, sdpa_status want) {
+    for (int ref = 0; ref < 2; ref++) {
+        fixture *f = malloc(sizeof *f);
+        fixture_init(f);
+        const sdpa_desc *d = &f->d;
+        const sdpa_tensor *q = &f->tq, *k = &f->tk, *v = &f->tv, *o = &f->to;
+        float *lse = f->lse;
+        mut(f, &d, &q, &k, &v, &o, &lse);
+        const sdpa_status st =
+            ref ? sdpa_reference(d, q, k, v, o, lse) : sdpa_forward(d, q, k, v, o, lse);
+        CHECK(st == want, "%s (%s): got %d (%s), want %d (%s)", name,
+              ref ? "reference" : "forward", st, sdpa_strerror(st), want, sdpa_strerror(want));
+        CHECK(untouched(f), "%s (%s): an output was written on error", name,
+              ref ? "reference" : "forward");
+        free(f);
+    }
+}
+
+#define MUT(name, body)                                                                   \
+    static void name(fixture *f, const sdpa_desc **d, const sdpa_tensor **q,             \
+                     const sdpa_tensor **k, const sdpa_tensor **v, const sdpa_tensor **o, \
+                     float **lse) {                                                      \
+        (void)f; (void)d; (void)q; (void)k; (void)v; (void)o; (void)lse;                 \
+        body;                                                                            \
+    }
+
+MUT(m_null_desc, *d = NULL)
+MUT(m_null_q, *q = NULL)
+MUT(m_null_k, *k = NULL)
+MUT(m_null_v, *v = NULL)
+MUT(m_null_o, *o = NULL)
+MUT(m_null_qdata, f->tq.data = NULL)
+MUT(m_null_kdata, f->tk.data = NULL)
+MUT(m_null_vdata, f->tv.data = NULL)
+MUT(m_null_odata, f->to.data = NULL)
+MUT(m_batch0, f->d.batch = 0)
+MUT(m_batchneg, f->d.batch = -3)
+MUT(m_hq0, f->d.heads_q = 0)
+MUT(m_hkv0, f->d.heads_kv = 0)
+MUT(m_tq0, f->d.len_q = 0)
+MUT(m_tkv0, f->d.len_kv = 0)
+MUT(m_dk0, f->d.dim_qk = 0)
+MUT(m_dv0, f->d.dim_v = 0)
+MUT(m_dkbig, f->d.dim_qk = SDPA_MAX_HEAD_DIM + 1)
+MUT(m_tbig, f->d.len_kv = SDPA_MAX_DIM + 1)
+MUT(m_heads, f->d.heads_kv = 3)
+MUT(m_heads_more_kv, (f->d.heads_q = 2, f->d.heads_kv = 4))
+MUT(m_overflow_mul, (f->d.len_kv = (int64_t)1 << 40, f->tk.stride_t = (int64_t)1 << 30))
+MUT(m_overflow_bytes, f->tv.stride_b = (int64_t)1 << 62)
+MUT(m_overflow_ptrdiff, f->tk.stride_b = ((int64_t)1 << 61) + 1000)
+MUT(m_stride_max, f->tq.stride_t = INT64_MAX)
+MUT(m_negstride_q, f->tq.stride_t = -DK)
+MUT(m_negstride_v, f->tv.stride_h = -1)
+MUT(m_negstride_o, f->to.stride_b = -1)
+MUT(m_o_rows_overlap, f->to.stride_t = DV - 1)
+MUT(m_o_heads_alias, f->to.stride_h = 0)
+MUT(m_o_is_q, f->to.data = f->q)
+MUT(m_o_overlaps_k, f->to.data = f->k + 3)
+MUT(m_o_overlaps_v_end, f->to.data = f->v + sizeof f->v / sizeof f->v[0] - 1)
+MUT(m_lse_in_o, *lse = f->o + 4)
+MUT(m_lse_in_v, *lse = f->v + 2)
+MUT(m_dtype_unknown, f->tq.dtype = (sdpa_dtype)7)
+MUT(m_dtype_f16, f->tk.dtype = SDPA_F16)
+MUT(m_dtype_bf16_o, f->to.dtype = SDPA_BF16)
+MUT(m_scale_nan, f->d.scale = NAN)
+MUT(m_scale_inf, f->d.scale = INFINITY)
+MUT(m_threads_neg, f->d.num_threads = -1)
+MUT(m_causal_bad, f->d.causal = 7)
+MUT(m_isa_bad, f->d.isa = 99)
+MUT(m_misaligned_q, f->tq.data = (char *)f->q + 1)
+MUT(m_misaligned_o, f->to.data = (char *)f->o + 2)
+MUT(m_misaligned_lse, *lse = (float *)(void *)((char *)f->lse + 1))
+
+static void test_validation(void) {
+    expect("NULL descriptor", m_null_desc, SDPA_ERR_NULL_POINTER);
+    expect("NULL q view", m_null_q, SDPA_ERR_NULL_POINTER);
+    expect("NULL k view", m_null_k, SDPA_ERR_NULL_POINTER);
+    expect("NULL v view", m_null_v, SDPA_ERR_NULL_POINTER);
+    expect("NULL o view", m_null_o, SDPA_ERR_NULL_POINTER);
+    expect("NULL q data", m_null_qdata, SDPA_ERR_NULL_POINTER);
+    expect("NULL k data", m_null_kdata, SDPA_ERR_NULL_POINTER);
+    expect("NULL v data", m_null_vdata, SDPA_ERR_NULL_POINTER);
+    expect("NULL o data", m_null_odata, SDPA_ERR_NULL_POINTER);
+    expect("batch 0", m_batch0, SDPA_ERR_BAD_DIMENSION);
+    expect("batch -3", m_batchneg, SDPA_ERR_BAD_DIMENSION);
+    expect("heads_q 0", m_hq0, SDPA_ERR_BAD_DIMENSION);
+    expect("heads_kv 0", m_hkv0, SDPA_ERR_BAD_DIMENSION);
+    expect("len_q 0", m_tq0, SDPA_ERR_BAD_DIMENSION);
+    expect("len_kv 0", m_tkv0, SDPA_ERR_BAD_DIMENSION);
+    expect("dim_qk 0", m_dk0, SDPA_ERR_BAD_DIMENSION);
+    expect("dim_v 0", m_dv0, SDPA_ERR_BAD_DIMENSION);
+    expect("dim_qk above max", m_dkbig, SDPA_ERR_BAD_DIMENSION);
+    expect("len_kv above max", m_tbig, SDPA_ERR_BAD_DIMENSION);
+    expect("heads_q % heads_kv", m_heads, SDPA_ERR_BAD_HEADS);
+    expect("heads_kv > heads_q", m_heads_more_kv, SDPA_ERR_BAD_HEADS);
+    expect("extent overflows int64", m_overflow_mul, SDPA_ERR_OVERFLOW);
+    expect("bytes overflow", m_overflow_bytes, SDPA_ERR_OVERFLOW);
+    expect("bytes above PTRDIFF_MAX", m_overflow_ptrdiff, SDPA_ERR_OVERFLOW);
+    expect("stride INT64_MAX", m_stride_max, SDPA_ERR_OVERFLOW);
+    expect("negative q stride", m_negstride_q, SDPA_ERR_BAD_STRIDE);
+    expect("negative v stride", m_negstride_v, SDPA_ERR_BAD_STRIDE);
+    expect("negative o stride", m_negstride_o, SDPA_ERR_BAD_STRIDE);
+    expect("o rows overlap", m_o_rows_overlap, SDPA_ERR_BAD_STRIDE);
+    expect("o heads alias", m_o_heads_alias, SDPA_ERR_BAD_STRIDE);
+    expect("o is q", m_o_is_q, SDPA_ERR_OVERLAP);
+    expect("o overlaps k", m_o_overlaps_k, SDPA_ERR_OVERLAP);
+    expect("o overlaps the end of v", m_o_overlaps_v_end, SDPA_ERR_OVERLAP);
+    expect("lse inside o", m_lse_in_o, SDPA_ERR_OVERLAP);
+    expect("lse inside v", m_lse_in_v, SDPA_ERR_OVERLAP);
+    expect("unknown dtype", m_dtype_unknown, SDPA_ERR_BAD_DTYPE);
+    expect("f16 k (not in this version)", m_dtype_f16, SDPA_ERR_BAD_DTYPE);
+    expect("bf16 o (not in this version)", m_dtype_bf16_o, SDPA_ERR_BAD_DTYPE);
+    expect("scale NaN", m_scale_nan, SDPA_ERR_BAD_ARGUMENT);
+    expect("scale inf", m_scale_inf, SDPA_ERR_BAD_ARGUMENT);
+    expect("num_threads -1", m_threads_neg, SDPA_ERR_BAD_ARGUMENT);
+    expect("causal 7", m_causal_bad, SDPA_ERR_BAD_ARGUMENT);
+    expect("isa 99", m_isa_bad, SDPA_ERR_BAD_ARGUMENT);
+    expect("q misaligned", m_misaligned_q, SDPA_ERR_MISALIGNED);
+    expect("o misaligned", m_misaligned_o, SDPA_ERR_MISALIGNED);
+    expect("lse misaligned", m_misaligned_lse, SDPA_ERR_MISALIGNED);
+}
+
+/* The valid fixture passes, broadcast (stride 0) inputs are accepted, and an ISA that
+ * is not usable is refused per call, never replaced silently. */
+static void test_valid_and_isa(void) {
+    fixture *f = malloc(sizeof *f);
+    fixture_init(f);
+    CHECK(sdpa_forward(&f->d, &f->tq, &f->tk, &f->tv, &f->to, f->lse) == SDPA_OK,
+          "valid fixture rejected");
+    f->tk.stride_h = 0; /* both K/V heads read the same K rows */
+    CHECK(sdpa_forward(&f->d, &f->tq, &f->tk, &f->tv, &f->to, f->lse) == SDPA_OK,
+          "stride-0 (broadcast) input rejected");
+    CHECK(sdpa_forward(&f->d, &f->tq, &f->tk, &f->tv, &f->to, NULL) == SDPA_OK,
+          "lse = NULL rejected");
+    for (int i = SDPA_ISA_SCALAR; i < SDPA_ISA_COUNT_; i++) {
+        fixture_init(f);
+        f->d.isa = i;
+        const sdpa_status st = sdpa_forward(&f->d, &f->tq, &f->tk, &f->tv, &f->to, f->lse);
+        if (sdpa_isa_supported((sdpa_isa)i)) {
+            CHECK(st == SDPA_OK, "isa %s usable but refused: %s", sdpa_isa_name((sdpa_isa)i),
+                  sdpa_strerror(st));
+        } else {
+            CHECK(st == SDPA_ERR_UNSUPPORTED_ISA && untouched(f),
+                  "isa %s not usable but got %s", sdpa_isa_name((sdpa_isa)i), sdpa_strerror(st));
+            const sdpa_isa before = sdpa_get_isa();
+            CHECK(sdpa_set_isa((sdpa_isa)i) == SDPA_ERR_UNSUPPORTED_ISA && sdpa_get_isa() == before,
+                  "sdpa_set_isa(%s) accepted an unusable ISA", sdpa_isa_name((sdpa_isa)i));
+        }
+    }
+    CHECK(sdpa_isa_supported(SDPA_ISA_SCALAR), "scalar must always be usable");
+    CHECK(!sdpa_isa_supported(SDPA_ISA_AUTO) && !sdpa_isa_supported(SDPA_ISA_COUNT_),
+          "auto/count are not ISAs");
+    const sdpa_isa cur = sdpa_get_isa();
+    CHECK(sdpa_set_isa(SDPA_ISA_SCALAR) == SDPA_OK && sdpa_get_isa() == SDPA_ISA_SCALAR,
+          "sdpa_set_isa(scalar) did not take");
+    CHECK(sdpa_set_isa(SDPA_ISA_AUTO) == SDPA_OK && sdpa_get_isa() == cur,
+          "sdpa_set_isa(auto) did not restore %s", sdpa_isa_name(cur));
+    free(f);
+}
+
+static void test_helpers(void) {
+    const char *seen[32];
+    int n = 0;
+    for (int s = SDPA_OK; s <= SDPA_ERR_MISALIGNED; s++) {
+        const char *msg = sdpa_strerror((sdpa_status)s);
+        int dup = 0;
+        for (int i = 0; i < n; i++)
+            dup |= strcmp(seen[i], msg) == 0;
+        CHECK(msg && *msg && !dup && strcmp(msg, "unknown status") != 0,
+              "sdpa_strerror(%d) missing or duplicated", s);
+        seen[n++] = msg;
+    }
+    CHECK(strcmp(sdpa_strerror((sdpa_status)1000), "unknown status") == 0,
+          "sdpa_strerror of an unknown code");
+    CHECK(strcmp(sdpa_version(), SDPA_VERSION_STRING) == 0, "sdpa_version %s != header %s",
+          sdpa_version(), SDPA_VERSION_STRING);
+    CHECK(strcmp(sdpa_isa_name(SDPA_ISA_AVX512), "avx512") == 0 &&
+              strcmp(sdpa_isa_name((sdpa_isa)-1), "unknown") == 0,
+          "sdpa_isa_name");
+
+    float x;
+    sdpa_tensor a = sdpa_tensor_bhtd(&x, SDPA_F32, 3, 5, 7);
+    CHECK(a.data == &x && a.stride_t == 7 && a.stride_h == 35 && a.stride_b == 105,
+          "bhtd strides %lld %lld %lld", (long long)a.stride_b, (long long)a.stride_h,
+          (long long)a.stride_t);
+    sdpa_tensor c = sdpa_tensor_bthd(&x, SDPA_BF16, 3, 5, 7);
+    CHECK(c.dtype == SDPA_BF16 && c.stride_h == 7 && c.stride_t == 21 && c.stride_b == 105,
+          "bthd strides %lld %lld %lld", (long long)c.stride_b, (long long)c.stride_h,
+          (long long)c.stride_t);
+    sdpa_tensor big = sdpa_tensor_bhtd(&x, SDPA_F32, (int64_t)1 << 40, (int64_t)1 << 40, 64);
+    CHECK(big.stride_b == INT64_MAX, "overflowing helper strides must saturate");
+}
+
+void suite_api(void) {
+    test_validation();
+    test_valid_and_isa();
+    test_helpers();
+}
