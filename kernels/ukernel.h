@@ -10,7 +10,8 @@
  * One block step of the online softmax (DESIGN section 4), for a tile of m query rows
  * (m <= br) against n keys (n <= bc):
  *
- *     pack_k   Kp = layout_of_this_isa(K[j0 .. j0+n, 0 .. dk])
+ *     pack_k   Kp = layout_of_this_isa(fp32(K[j0 .. j0+n, 0 .. dk]))
+ *     pack_v   Vp = fp32(V[j0 .. j0+n, 0 .. dv])         only for F16/BF16 storage
  *     qk       S  = scale * Q Kp^T                      m x n, fp32
  *     (driver) S[r][j] = -inf where key j is masked for row r
  *     softmax  mx = max(m_run, rowmax S); mu = (mx == -inf ? 0 : mx)
@@ -18,11 +19,13 @@
  *              l_run = alpha * l_run + rowsum S; m_run = mx
  *     pv       O  = alpha * O + S V                     m x dv, fp32
  *
- * Strides (ld*) are in floats. Pointers into caller memory (k, v) may be unaligned to
- * anything beyond 4 bytes and must not be read past the last element of the last row
- * (the guard-page tests enforce this); pointers into driver scratch (q, kp, s, o, m_run,
- * l_run, alpha) are 64-byte aligned and their rows are ld apart, with ld a multiple of
- * 16 floats.
+ * Strides (ld*) are in elements of the pointed-to type. Pointers into caller memory (k,
+ * v) may be aligned only to their element size and must not be read past the last
+ * element of the last row (the guard-page tests enforce this); pointers into driver
+ * scratch (q, kp, vp, s, o, m_run, l_run, alpha) are 64-byte aligned and their rows are
+ * ld apart, with ld a multiple of 16 floats. Scratch padding (columns between the
+ * logical width and ld) holds unspecified values on entry; a kernel may use it only
+ * where the function's text says so.
  */
 #ifndef SDPA_UKERNEL_H
 #define SDPA_UKERNEL_H
@@ -39,9 +42,17 @@ typedef struct sdpa_kernels {
     int bc;            /* keys per block (Bc) */
     int kp_align;      /* pack_k pads the key count up to a multiple of this */
 
-    /* Kp <- the n x dk block of K whose rows are ldk apart, in this table's own layout.
-     * Kp holds round_up(n, kp_align) * dk floats; padding keys are packed as zeros. */
-    void (*pack_k)(int n, int dk, const float *k, int64_t ldk, float *kp);
+    /* Kp <- the n x dk block of K whose rows are ldk elements apart, converted from dt
+     * (SDPA_F32, SDPA_F16 or SDPA_BF16; the conversions are exact) to fp32 and laid out
+     * in this table's own format. Kp holds round_up(n, kp_align) * dk floats; padding
+     * keys are packed as zeros. */
+    void (*pack_k)(int n, int dk, const void *k, int64_t ldk, sdpa_dtype dt, float *kp);
+
+    /* Vp[j][0 .. dv) <- V[j][0 .. dv) converted from dt to fp32, for j < n; V rows ldv
+     * elements apart, Vp rows ldvp floats apart. The driver calls it only for V stored
+     * as F16/BF16 (fp32 V is read in place by pv). */
+    void (*pack_v)(int n, int dv, const void *v, int64_t ldv, sdpa_dtype dt, float *vp,
+                   int ldvp);
 
     /* S[r][j] = scale * sum_d Q[r][d] * K[j][d] for r < m, j < n, from the packed Kp.
      * Q rows are ldq apart, S rows lds apart. Columns of S at and beyond n may be
@@ -55,16 +66,23 @@ typedef struct sdpa_kernels {
                     float *alpha);
 
     /* O[r][:dv] = alpha[r] * O[r][:dv] + sum_{j<n} P[r][j] * V[j][:dv] for r < m.
-     * alpha == NULL means no rescale (O += P V). V rows are ldv apart (caller memory),
-     * P rows ldp apart, O rows ldo apart. */
+     * alpha == NULL means no rescale (O += P V). V rows are ldv apart (caller memory or
+     * pack_v's output), P rows ldp apart, O rows ldo apart. */
     void (*pv)(int m, int n, int dv, const float *p, int ldp, const float *v, int64_t ldv,
                const float *alpha, float *o, int ldo);
+
+    /* y[i] = exp(x[i]) for i < n, the same exp softmax uses (y may equal x; neither
+     * needs any alignment, and nothing past x[n-1]/y[n-1] is touched). exp(-inf) = 0,
+     * results below FLT_MIN may flush to 0, exp(x) = +inf above ~88.72, NaN stays NaN.
+     * Each table states its measured max relative error at its definition;
+     * tests/test_ukernel.c re-measures it over [-104, 89]. */
+    void (*vexp)(int n, const float *x, float *y);
 } sdpa_kernels;
 
 /* Number of function pointers in a table. Every table file asserts it still equals the
  * count it was written for, so a function added to the contract breaks the build of
  * every ISA until each one provides it. */
-#define SDPA_KERNELS_NFUNCS 4
+#define SDPA_KERNELS_NFUNCS 6
 _Static_assert(sizeof(sdpa_kernels) ==
                    offsetof(sdpa_kernels, pack_k) + SDPA_KERNELS_NFUNCS * sizeof(void (*)(void)),
                "SDPA_KERNELS_NFUNCS must count the function pointers of sdpa_kernels");

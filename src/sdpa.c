@@ -174,7 +174,7 @@ static void run_item(const plan *pl, const scratch *w, int64_t item, counters *c
         const int64_t j0 = kb * pl->bc;
         const int n = (int)(p->Tkv - j0 < pl->bc ? p->Tkv - j0 : pl->bc);
         const float *vblk = vbase + j0 * p->vs[2];
-        kt->pack_k(n, Dk, kbase + j0 * p->ks[2], p->ks[2], w->kp);
+        kt->pack_k(n, Dk, kbase + j0 * p->ks[2], p->ks[2], SDPA_F32, w->kp);
         kt->qk(m, n, Dk, p->scale, w->q, pl->ldq, w->kp, w->s, pl->lds);
         if (j0 + n <= end_first) {
             kt->softmax(m, n, w->s, pl->lds, w->m, w->l, w->alpha);

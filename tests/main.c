@@ -25,6 +25,7 @@ static const suite suites[] = {
     {"api", suite_api, 0},         {"seeds", suite_seeds, 1},   {"sweep", suite_sweep, 1},
     {"layout", suite_layout, 1},   {"threads", suite_threads, 1}, {"skip", suite_skip, 1},
     {"traps", suite_traps, 1},     {"broken", suite_broken, 1},
+    {"ukernel", suite_ukernel, 1},
 };
 enum { NSUITES = sizeof suites / sizeof suites[0] };
 

@@ -14,6 +14,7 @@ void suite_threads(void); /* thread counts and bit-identical results */
 void suite_skip(void);    /* causal block skipping counters */
 void suite_traps(void);   /* large logits, one-hot, masked rows, NaN */
 void suite_broken(void);  /* a deliberately broken kernel must be caught */
+void suite_ukernel(void); /* each tile function against double precision */
 
 /* Set by main.c from --quick: smaller sweeps for slow builds (sanitizers). */
 extern int th_quick;

@@ -4,7 +4,8 @@
  * It is the fallback on every CPU and the ground truth the SIMD tables are compared
  * against tile by tile in tests/test_ukernel.c, so it is written to be obviously
  * right rather than fast: straight loops the compiler may vectorise with the baseline
- * ISA (SSE2 on x86-64), libm expf. It is not a performance path; a CPU with AVX2, AVX-512
+ * ISA (SSE2 on x86-64), libm expf (glibc's is correctly rounded in practice: < 1 ulp),
+ * the portable 16-bit conversions of kernels/convert.h. It is not a performance path; a CPU with AVX2, AVX-512
  * or NEON never runs it unless SDPA_ISA=scalar asks.
  *
  * Kp layout: transposed, Kp[d * n + j] = K[j][d], so qk's inner loop runs over
@@ -13,12 +14,28 @@
 #include <math.h>
 #include <stddef.h>
 
+#include "../convert.h"
 #include "../ukernel.h"
 
-static void scalar_pack_k(int n, int dk, const float *k, int64_t ldk, float *kp) {
-    for (int j = 0; j < n; j++)
+/* Bytes of one element of a storage type (validate.c admits only these three). */
+static size_t elem_bytes(sdpa_dtype dt) { return dt == SDPA_F32 ? 4 : 2; }
+
+static void scalar_pack_k(int n, int dk, const void *k, int64_t ldk, sdpa_dtype dt,
+                          float *kp) {
+    for (int j = 0; j < n; j++) {
+        const char *row = (const char *)k + (size_t)j * (size_t)ldk * elem_bytes(dt);
         for (int d = 0; d < dk; d++)
-            kp[(size_t)d * (size_t)n + (size_t)j] = k[(int64_t)j * ldk + d];
+            kp[(size_t)d * (size_t)n + (size_t)j] = sdpa_load_as_f32(row, d, dt);
+    }
+}
+
+static void scalar_pack_v(int n, int dv, const void *v, int64_t ldv, sdpa_dtype dt,
+                          float *vp, int ldvp) {
+    for (int j = 0; j < n; j++) {
+        const char *row = (const char *)v + (size_t)j * (size_t)ldv * elem_bytes(dt);
+        for (int d = 0; d < dv; d++)
+            vp[(size_t)j * (size_t)ldvp + (size_t)d] = sdpa_load_as_f32(row, d, dt);
+    }
 }
 
 static void scalar_qk(int m, int n, int dk, float scale, const float *q, int ldq,
@@ -84,7 +101,12 @@ static void scalar_pv(int m, int n, int dv, const float *p, int ldp, const float
     }
 }
 
-_Static_assert(SDPA_KERNELS_NFUNCS == 4, "the scalar table must provide every tile function");
+static void scalar_vexp(int n, const float *x, float *y) {
+    for (int i = 0; i < n; i++)
+        y[i] = expf(x[i]);
+}
+
+_Static_assert(SDPA_KERNELS_NFUNCS == 6, "the scalar table must provide every tile function");
 
 const sdpa_kernels sdpa_kernels_scalar = {
     .isa = SDPA_ISA_SCALAR,
@@ -93,7 +115,9 @@ const sdpa_kernels sdpa_kernels_scalar = {
     .bc = 64,
     .kp_align = 1,
     .pack_k = scalar_pack_k,
+    .pack_v = scalar_pack_v,
     .qk = scalar_qk,
     .softmax = scalar_softmax,
     .pv = scalar_pv,
+    .vexp = scalar_vexp,
 };

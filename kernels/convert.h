@@ -1,0 +1,100 @@
+/*
+ * convert.h - portable conversions between fp32 and the 16-bit storage types, as static
+ * inline functions (so no ISA flags leak through the linker).
+ *
+ * Used by the scalar table's pack functions and by the portable driver. It is not a
+ * fast path: the SIMD tables convert with their own instructions (F16C, AVX-512,
+ * NEON fcvt) and are tested bit-exact against these.
+ *
+ * Formats: IEEE-754 binary16 (1 sign, 5 exponent, 10 fraction bits, bias 15) and
+ * bfloat16 (the upper 16 bits of a binary32). Widening is exact for both.
+ */
+#ifndef SDPA_CONVERT_H
+#define SDPA_CONVERT_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "sdpa.h"
+
+static inline float sdpa_f32_from_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline uint32_t sdpa_bits_from_f32(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+/* binary16 -> binary32, exact: normals rebias the exponent (127 - 15 = 112), subnormals
+ * are normalised, inf keeps its sign, NaN keeps its payload (quietened). */
+static inline float sdpa_f16_to_f32(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    const uint32_t exp = (h >> 10) & 0x1fu;
+    uint32_t frac = h & 0x3ffu;
+    if (exp == 0x1f) /* inf or NaN */
+        return sdpa_f32_from_bits(sign | 0x7f800000u | (frac << 13) | (frac ? 0x400000u : 0));
+    if (exp != 0)
+        return sdpa_f32_from_bits(sign | ((exp + 112u) << 23) | (frac << 13));
+    if (frac == 0)
+        return sdpa_f32_from_bits(sign);
+    int e = -1; /* subnormal: value = frac * 2^-24; shift the leading 1 into bit 10 */
+    do {
+        frac <<= 1;
+        e++;
+    } while (!(frac & 0x400u));
+    return sdpa_f32_from_bits(sign | ((uint32_t)(112 - e) << 23) | ((frac & 0x3ffu) << 13));
+}
+
+/* bfloat16 -> binary32, exact: the 16 bits are the top half of the binary32. */
+static inline float sdpa_bf16_to_f32(uint16_t b) { return sdpa_f32_from_bits((uint32_t)b << 16); }
+
+/* binary32 -> binary16, round to nearest even; overflow gives inf, NaN stays NaN. */
+static inline uint16_t sdpa_f32_to_f16(float f) {
+    const uint32_t u = sdpa_bits_from_f32(f);
+    const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    const uint32_t a = u & 0x7fffffffu;
+    if (a >= 0x7f800000u) /* inf or NaN */
+        return (uint16_t)(sign | 0x7c00u | (a > 0x7f800000u ? 0x200u | ((a >> 13) & 0x3ffu) : 0));
+    if (a >= 0x477ff000u) /* >= 65520 rounds to inf */
+        return (uint16_t)(sign | 0x7c00u);
+    if (a < 0x38800000u) { /* below 2^-14: a binary16 subnormal (or zero) */
+        if (a < 0x33000000u) /* below 2^-25: rounds to zero */
+            return sign;
+        const uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
+        const uint32_t shift = 126u - e; /* 14..24: value = m * 2^(e-150), unit 2^-24 */
+        const uint32_t q = m >> shift, rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+        return (uint16_t)(sign | (q + (rem > half || (rem == half && (q & 1u)))));
+    }
+    /* normal: rebias, round the 13 dropped bits to nearest even (a carry into the
+     * exponent is the correct result, up to inf) */
+    const uint32_t r = a - 0x38000000u; /* exponent - 112 */
+    const uint32_t q = r >> 13, rem = r & 0x1fffu;
+    return (uint16_t)(sign | (q + (rem > 0x1000u || (rem == 0x1000u && (q & 1u)))));
+}
+
+/* binary32 -> bfloat16, round to nearest even; NaN stays NaN (quietened). */
+static inline uint16_t sdpa_f32_to_bf16(float f) {
+    const uint32_t u = sdpa_bits_from_f32(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* Element i of a row stored as dt (an sdpa_dtype), widened to fp32. */
+static inline float sdpa_load_as_f32(const void *row, int64_t i, sdpa_dtype dt) {
+    switch (dt) {
+    case SDPA_F16:
+        return sdpa_f16_to_f32(((const uint16_t *)row)[i]);
+    case SDPA_BF16:
+        return sdpa_bf16_to_f32(((const uint16_t *)row)[i]);
+    case SDPA_F32:
+        break;
+    }
+    return ((const float *)row)[i];
+}
+
+#endif /* SDPA_CONVERT_H */

@@ -1,0 +1,455 @@
+/*
+ * test_ukernel.c - every tile function of an ISA's kernel table against a double-
+ * precision computation of the same tile operation, over sweeps around the table's tile
+ * sizes and the vector widths (equal, one less, one more, multiples).
+ *
+ * Runs once per usable ISA (the scalar table included: it is checked the same way).
+ * Caller-memory operands (K, V, vexp's x and y) end on an unmapped page, so an
+ * over-read faults; scratch operands are surrounded by sentinels that must survive, so a
+ * write outside the contract's region is caught; scratch padding the contract says is
+ * unspecified holds NaN, so a kernel that reads it poisons its result.
+ *
+ * Tolerances are forward-error bounds of fp32 arithmetic, not tuned numbers: a dot
+ * product of n terms computed in any order with or without FMA is within
+ * (n + 2) u sum |terms| of the exact value (u = 2^-24 unit roundoff; Higham,
+ * "Accuracy and Stability of Numerical Algorithms", 2nd ed., section 3.1), and exp is
+ * allowed EXP_TOL relative error. A wrong index, a lost tail or a missing scale is off
+ * by O(|terms|), far outside these bounds.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kernels/convert.h"
+#include "harness.h"
+#include "suites.h"
+
+#define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
+#define U 5.9604644775390625e-8 /* 2^-24 */
+
+/* Relative error every table's exp must meet on normal results: 2^-20 (8 ulp). Each
+ * table states its own measured figure at its definition; this is the contract. */
+#define EXP_TOL 9.5367431640625e-7
+
+static const sdpa_kernels *kt;
+static uint64_t rng;
+
+static size_t rup(size_t a, size_t b) { return (a + b - 1) / b * b; }
+
+/* A quiet NaN with a payload no computation makes: the "untouched scratch" sentinel. */
+static float sentinel(void) { return sdpa_f32_from_bits(0x7fc0beefu); }
+static int is_sentinel(float f) { return sdpa_bits_from_f32(f) == 0x7fc0beefu; }
+
+/* A 64-byte aligned scratch buffer of n floats plus 16 sentinel floats on each side. */
+static float *scratch_alloc(size_t n) {
+    float *b = aligned_alloc(64, rup((n + 32) * sizeof(float), 64));
+    for (size_t i = 0; i < n + 32; i++)
+        b[i] = sentinel();
+    return b + 16;
+}
+static void scratch_free(float *p) { free(p - 16); }
+static int guards_intact(const float *p, size_t n) {
+    for (int i = 1; i <= 16; i++)
+        if (!is_sentinel(p[-i]) || !is_sentinel(p[n + (size_t)i - 1]))
+            return 0;
+    return 1;
+}
+
+static size_t dtype_bytes(sdpa_dtype dt) { return dt == SDPA_F32 ? 4 : 2; }
+static const char *dtype_name(sdpa_dtype dt) {
+    return dt == SDPA_F32 ? "f32" : dt == SDPA_F16 ? "f16" : "bf16";
+}
+
+/* rows x ld elements of dt in caller-like memory ending on an unmapped page (only the
+ * last row's first `width` elements are allocated), filled with random values
+ * representable in dt; `exact` receives them as fp32, row-major with stride width. */
+static void *caller_rows(int rows, int width, int64_t ld, sdpa_dtype dt, float *exact) {
+    const size_t elems = (size_t)((int64_t)(rows - 1) * ld + width);
+    char *buf = th_alloc(elems * dtype_bytes(dt), TH_GUARD_AFTER);
+    for (size_t e = 0; e < elems; e++) {
+        const float x = th_rand_float(&rng);
+        if (dt == SDPA_F32) {
+            memcpy(buf + 4 * e, &x, 4);
+        } else {
+            const uint16_t h = dt == SDPA_F16 ? sdpa_f32_to_f16(x) : sdpa_f32_to_bf16(x);
+            memcpy(buf + 2 * e, &h, 2);
+        }
+    }
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < width; c++)
+            exact[(size_t)r * (size_t)width + (size_t)c] =
+                sdpa_load_as_f32(buf + (size_t)((int64_t)r * ld) * dtype_bytes(dt), c, dt);
+    return buf;
+}
+
+/* Sizes around a tile or vector edge, below limit, deduplicated, ascending. */
+static int edge_sizes(int limit, int *out) {
+    static const int base[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 15, 16, 17, 23, 24,
+                               25, 31, 32, 33, 47, 48, 49, 63, 64, 65, 95, 96, 97, 127, 128};
+    int k = 0;
+    for (int i = 0; i < N(base); i++)
+        if (base[i] <= limit)
+            out[k++] = base[i];
+    const int extra[] = {limit - 1, limit};
+    for (int e = 0; e < 2; e++)
+        if (extra[e] >= 1 && (k == 0 || extra[e] > out[k - 1]))
+            out[k++] = extra[e];
+    return k;
+}
+
+/* ---- pack_k + qk ---------------------------------------------------------------- */
+
+static void check_qk(int m, int n, int dk, int64_t ldk, sdpa_dtype dt, float scale) {
+    const int ldq = (int)rup((size_t)dk, 16);
+    const int np = (int)rup((size_t)n, (size_t)kt->kp_align);
+    const int lds = (int)rup((size_t)np, 16);
+    float *kx = malloc((size_t)n * (size_t)dk * sizeof(float));
+    void *k = caller_rows(n, dk, ldk, dt, kx);
+    float *q = scratch_alloc((size_t)m * (size_t)ldq);
+    for (int r = 0; r < m; r++)
+        for (int d = 0; d < ldq; d++) /* padding is NaN: reading it poisons S */
+            q[(size_t)r * (size_t)ldq + (size_t)d] = d < dk ? th_rand_float(&rng) : NAN;
+    const size_t kp_n = (size_t)np * (size_t)dk;
+    float *kp = scratch_alloc(kp_n);
+    float *s = scratch_alloc((size_t)m * (size_t)lds);
+
+    kt->pack_k(n, dk, k, ldk, dt, kp);
+    kt->qk(m, n, dk, scale, q, ldq, kp, s, lds);
+
+    double worst = 0;
+    int bad = 0, spill = 0;
+    for (int r = 0; r < m && !bad; r++)
+        for (int j = 0; j < lds; j++) {
+            const float got = s[(size_t)r * (size_t)lds + (size_t)j];
+            if (j >= np) { /* beyond the padded keys: must be untouched */
+                spill |= !is_sentinel(got);
+                continue;
+            }
+            if (j >= n)
+                continue;
+            double exact = 0, mag = 0;
+            for (int d = 0; d < dk; d++) {
+                const double t = (double)q[(size_t)r * (size_t)ldq + (size_t)d] *
+                                 (double)kx[(size_t)j * (size_t)dk + (size_t)d];
+                exact += t;
+                mag += fabs(t);
+            }
+            exact *= scale;
+            const double tol = (dk + 3) * U * fabs((double)scale) * mag + 1e-37;
+            const double err = fabs((double)got - exact);
+            if (!(err <= tol))
+                bad = 1;
+            if (err > worst && mag > 0)
+                worst = err / (fabs((double)scale) * mag);
+        }
+    CHECK(!bad, "%s qk m=%d n=%d dk=%d ldk=%lld %s: an element is off (worst %.3g of |q||k|)",
+          kt->name, m, n, dk, (long long)ldk, dtype_name(dt), worst);
+    CHECK(!spill && guards_intact(s, (size_t)m * (size_t)lds) && guards_intact(kp, kp_n) &&
+              guards_intact(q, (size_t)m * (size_t)ldq),
+          "%s qk m=%d n=%d dk=%d %s: wrote outside S[m][round_up(n, kp_align)] or Kp", kt->name,
+          m, n, dk, dtype_name(dt));
+    scratch_free(q);
+    scratch_free(kp);
+    scratch_free(s);
+    th_free(k);
+    free(kx);
+}
+
+static void test_qk(void) {
+    int ms[48], ns[48];
+    const int nm = edge_sizes(kt->br, ms), nn = edge_sizes(kt->bc, ns);
+    static const int dks[] = {1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 64, 80, 96, 128, 256};
+    /* every m x n at a few head dims, with K rows padded apart */
+    static const int full_dk[] = {1, 17, 64};
+    for (int a = 0; a < N(full_dk); a++)
+        for (int i = 0; i < nm; i++)
+            for (int j = 0; j < nn; j++)
+                check_qk(ms[i], ns[j], full_dk[a], full_dk[a] + (j & 1) * 3, SDPA_F32, 0.125f);
+    /* every head dim at the tile corners */
+    for (int a = 0; a < N(dks); a++) {
+        const int corners[][2] = {{1, 1}, {kt->br, kt->bc}, {kt->br - 1 > 0 ? kt->br - 1 : 1,
+                                  kt->bc - 1 > 0 ? kt->bc - 1 : 1}, {3, 17}, {13, 33}};
+        for (int c = 0; c < N(corners); c++) {
+            const int m = corners[c][0] < kt->br ? corners[c][0] : kt->br;
+            const int n = corners[c][1] < kt->bc ? corners[c][1] : kt->bc;
+            check_qk(m, n, dks[a], dks[a], SDPA_F32, 1.0f / sqrtf((float)dks[a]));
+        }
+    }
+    /* 16-bit K storage, converted while packing */
+    static const sdpa_dtype dts[] = {SDPA_F16, SDPA_BF16};
+    for (int t = 0; t < 2; t++)
+        for (int a = 0; a < N(dks); a += 3)
+            check_qk(kt->br < 7 ? kt->br : 7, kt->bc - 1 > 0 ? kt->bc - 1 : 1, dks[a],
+                     dks[a] + 1, dts[t], -0.5f);
+}
+
+/* ---- softmax -------------------------------------------------------------------- */
+
+/* Row kinds: fresh state, running state, some -inf, all -inf, NaN, huge scores. */
+static void check_softmax(int m, int n) {
+    const int lds = (int)rup((size_t)n, 16);
+    float *s = scratch_alloc((size_t)m * (size_t)lds);
+    float *s0 = malloc((size_t)m * (size_t)lds * sizeof(float));
+    float *mr = scratch_alloc((size_t)m), *lr = scratch_alloc((size_t)m),
+          *al = scratch_alloc((size_t)m);
+    float *mr0 = malloc((size_t)m * sizeof(float)), *lr0 = malloc((size_t)m * sizeof(float));
+    for (int r = 0; r < m; r++) {
+        const int kind = r % 6;
+        float *row = s + (size_t)r * (size_t)lds;
+        for (int j = 0; j < n; j++) {
+            float x = 8.0f * th_rand_float(&rng);
+            if (kind == 2 && (j % 3) == 1)
+                x = -INFINITY;
+            if (kind == 3)
+                x = -INFINITY;
+            if (kind == 4 && j == n / 2)
+                x = NAN;
+            if (kind == 5)
+                x = 90.0f + 10.0f * th_rand_float(&rng); /* exp(x) alone overflows */
+            row[j] = x;
+        }
+        mr[r] = (kind == 0 || kind == 3) ? -INFINITY : 4.0f * th_rand_float(&rng);
+        lr[r] = (kind == 0 || kind == 3) ? 0.0f : 1.0f + (float)n * fabsf(th_rand_float(&rng));
+        if (kind == 5)
+            mr[r] = 95.0f;
+        mr0[r] = mr[r];
+        lr0[r] = lr[r];
+    }
+    memcpy(s0, s, (size_t)m * (size_t)lds * sizeof(float));
+
+    kt->softmax(m, n, s, lds, mr, lr, al);
+
+    int bad_m = 0, bad_p = 0, bad_l = 0, bad_a = 0, spill = 0;
+    for (int r = 0; r < m; r++) {
+        const float *in = s0 + (size_t)r * (size_t)lds, *p = s + (size_t)r * (size_t)lds;
+        float mx = mr0[r];
+        int has_nan = 0;
+        for (int j = 0; j < n; j++) {
+            if (in[j] > mx)
+                mx = in[j];
+            has_nan |= isnan(in[j]);
+        }
+        if (has_nan) { /* the row's m and P are unspecified; its sum must be NaN */
+            bad_l |= !isnan(lr[r]);
+            continue;
+        }
+        bad_m |= sdpa_bits_from_f32(mr[r]) != sdpa_bits_from_f32(mx);
+        const float mu = mx == -INFINITY ? 0.0f : mx;
+        double sum = 0, mag = 0;
+        for (int j = 0; j < n; j++) {
+            const float x = in[j] - mu; /* the same float difference the kernel forms */
+            const double want = exp((double)x);
+            sum += want;
+            mag += want;
+            if (in[j] == -INFINITY)
+                bad_p |= sdpa_bits_from_f32(p[j]) != 0; /* exactly +0 */
+            else if (want >= FLT_MIN)
+                bad_p |= !(fabs((double)p[j] - want) <= EXP_TOL * want);
+            else
+                bad_p |= !(fabs((double)p[j] - want) <= FLT_MIN);
+        }
+        for (int j = n; j < lds; j++)
+            spill |= sdpa_bits_from_f32(p[j]) != sdpa_bits_from_f32(s0[(size_t)r * (size_t)lds + (size_t)j]);
+        const double a = exp((double)(mr0[r] - mu));
+        if (a >= FLT_MIN || a == 0)
+            bad_a |= !(fabs((double)al[r] - a) <= EXP_TOL * a);
+        const double l = a * (double)lr0[r] + sum;
+        bad_l |= !(fabs((double)lr[r] - l) <= (EXP_TOL + (n + 4) * U) * (a * lr0[r] + mag) + 1e-37);
+    }
+    CHECK(!bad_m && !bad_p && !bad_l && !bad_a && !spill && guards_intact(s, (size_t)m * (size_t)lds) &&
+              guards_intact(mr, (size_t)m) && guards_intact(lr, (size_t)m) && guards_intact(al, (size_t)m),
+          "%s softmax m=%d n=%d: max %s, P %s, l %s, alpha %s, writes %s", kt->name, m, n,
+          bad_m ? "WRONG" : "ok", bad_p ? "WRONG" : "ok", bad_l ? "WRONG" : "ok",
+          bad_a ? "WRONG" : "ok", spill ? "OUTSIDE" : "ok");
+    scratch_free(s);
+    scratch_free(mr);
+    scratch_free(lr);
+    scratch_free(al);
+    free(s0);
+    free(mr0);
+    free(lr0);
+}
+
+static void test_softmax(void) {
+    int ms[48], ns[48];
+    const int nm = edge_sizes(kt->br, ms), nn = edge_sizes(kt->bc, ns);
+    for (int i = 0; i < nm; i++)
+        for (int j = 0; j < nn; j++)
+            check_softmax(ms[i], ns[j]);
+}
+
+/* ---- pack_v + pv ---------------------------------------------------------------- */
+
+static void check_pv(int m, int n, int dv, int64_t ldv, sdpa_dtype dt, int rescale) {
+    const int ldp = (int)rup((size_t)n, 16), ldo = (int)rup((size_t)dv, 16);
+    float *vx = malloc((size_t)n * (size_t)dv * sizeof(float));
+    void *v = caller_rows(n, dv, ldv, dt, vx);
+    float *p = scratch_alloc((size_t)m * (size_t)ldp);
+    float *o = scratch_alloc((size_t)m * (size_t)ldo);
+    float *o0 = malloc((size_t)m * (size_t)ldo * sizeof(float));
+    float *alpha = scratch_alloc((size_t)m);
+    for (int r = 0; r < m; r++) {
+        for (int j = 0; j < ldp; j++) /* P padding is NaN: reading it poisons O */
+            p[(size_t)r * (size_t)ldp + (size_t)j] = j < n ? fabsf(th_rand_float(&rng)) : NAN;
+        for (int d = 0; d < ldo; d++)
+            o[(size_t)r * (size_t)ldo + (size_t)d] = d < dv ? th_rand_float(&rng) : sentinel();
+        alpha[r] = fabsf(th_rand_float(&rng));
+    }
+    memcpy(o0, o, (size_t)m * (size_t)ldo * sizeof(float));
+
+    /* 16-bit V goes through pack_v into scratch, as the driver does it */
+    const float *vsrc = v;
+    int64_t vld = ldv;
+    float *vp = NULL;
+    int bad_pack = 0;
+    const int ldvp = ldo;
+    if (dt != SDPA_F32) {
+        vp = scratch_alloc((size_t)n * (size_t)ldvp);
+        kt->pack_v(n, dv, v, ldv, dt, vp, ldvp);
+        for (int j = 0; j < n; j++)
+            for (int d = 0; d < ldvp; d++) {
+                const float got = vp[(size_t)j * (size_t)ldvp + (size_t)d];
+                bad_pack |= d < dv ? sdpa_bits_from_f32(got) !=
+                                         sdpa_bits_from_f32(vx[(size_t)j * (size_t)dv + (size_t)d])
+                                   : !is_sentinel(got);
+            }
+        bad_pack |= !guards_intact(vp, (size_t)n * (size_t)ldvp);
+        vsrc = vp;
+        vld = ldvp;
+    }
+
+    kt->pv(m, n, dv, p, ldp, vsrc, vld, rescale ? alpha : NULL, o, ldo);
+
+    int bad = 0, spill = 0;
+    for (int r = 0; r < m; r++)
+        for (int d = 0; d < ldo; d++) {
+            const float got = o[(size_t)r * (size_t)ldo + (size_t)d];
+            if (d >= dv) {
+                spill |= !is_sentinel(got);
+                continue;
+            }
+            const double a = rescale ? (double)alpha[r] : 1.0;
+            double exact = a * (double)o0[(size_t)r * (size_t)ldo + (size_t)d];
+            double mag = fabs(exact);
+            for (int j = 0; j < n; j++) {
+                const double t = (double)p[(size_t)r * (size_t)ldp + (size_t)j] *
+                                 (double)vx[(size_t)j * (size_t)dv + (size_t)d];
+                exact += t;
+                mag += fabs(t);
+            }
+            bad |= !(fabs((double)got - exact) <= (n + 4) * U * mag + 1e-37);
+        }
+    CHECK(!bad && !bad_pack, "%s pv m=%d n=%d dv=%d ldv=%lld %s alpha=%s: %s", kt->name, m, n,
+          dv, (long long)ldv, dtype_name(dt), rescale ? "yes" : "NULL",
+          bad_pack ? "pack_v is not the exact conversion" : "an element is off");
+    CHECK(!spill && guards_intact(o, (size_t)m * (size_t)ldo) && guards_intact(alpha, (size_t)m) &&
+              guards_intact(p, (size_t)m * (size_t)ldp),
+          "%s pv m=%d n=%d dv=%d: wrote outside O[m][dv]", kt->name, m, n, dv);
+    if (vp)
+        scratch_free(vp);
+    scratch_free(p);
+    scratch_free(o);
+    scratch_free(alpha);
+    free(o0);
+    th_free(v);
+    free(vx);
+}
+
+static void test_pv(void) {
+    int ms[48], ns[48];
+    const int nm = edge_sizes(kt->br, ms), nn = edge_sizes(kt->bc, ns);
+    static const int dvs[] = {1, 2, 3, 7, 8, 9, 15, 16, 17, 24, 31, 32, 33, 48, 63, 64, 65,
+                              80, 96, 112, 128, 129, 256};
+    static const int full_dv[] = {1, 17, 64, 80};
+    for (int a = 0; a < N(full_dv); a++)
+        for (int i = 0; i < nm; i++)
+            for (int j = 0; j < nn; j++)
+                check_pv(ms[i], ns[j], full_dv[a], full_dv[a] + (i & 1) * 5, SDPA_F32, (i + j) & 1);
+    for (int a = 0; a < N(dvs); a++) {
+        const int corners[][2] = {{1, 1}, {kt->br, kt->bc}, {3, 17}, {13, 33}};
+        for (int c = 0; c < N(corners); c++) {
+            const int m = corners[c][0] < kt->br ? corners[c][0] : kt->br;
+            const int n = corners[c][1] < kt->bc ? corners[c][1] : kt->bc;
+            check_pv(m, n, dvs[a], dvs[a], SDPA_F32, c & 1);
+        }
+    }
+    static const sdpa_dtype dts[] = {SDPA_F16, SDPA_BF16};
+    for (int t = 0; t < 2; t++)
+        for (int a = 0; a < N(dvs); a += 2)
+            check_pv(kt->br < 5 ? kt->br : 5, kt->bc, dvs[a], dvs[a] + 3, dts[t], 1);
+}
+
+/* ---- vexp ----------------------------------------------------------------------- */
+
+/* Max relative error of vexp over [-104, 89] (normal results), plus its edge cases:
+ * flush-or-subnormal below FLT_MIN, +inf above ln(FLT_MAX), exact 0/1/inf/NaN points. */
+static void test_vexp(void) {
+    enum { NPTS = 1 << 20 };
+    float *x = th_alloc(NPTS * sizeof(float), TH_GUARD_AFTER);
+    float *y = th_alloc(NPTS * sizeof(float), TH_GUARD_AFTER);
+    const double lo = -104.0, hi = 89.0;
+    for (int i = 0; i < NPTS; i++) /* a uniform grid plus a random jitter within each step */
+        x[i] = (float)(lo + (hi - lo) * ((double)i + 0.5 + 0.5 * th_rand_float(&rng)) / NPTS);
+    double worst = 0, worst_x = 0;
+    int bad_range = 0;
+    /* odd lengths and offsets so tails and in-place use are exercised too */
+    static const int chunks[] = {1, 3, 7, 15, 16, 17, 31, 33, 64, 100, 1000};
+    for (int i = 0, c = 0; i < NPTS; c++) {
+        int len = chunks[c % N(chunks)];
+        if (len > NPTS - i)
+            len = NPTS - i;
+        if (c % 2)
+            kt->vexp(len, x + i, y + i);
+        else {
+            memcpy(y + i, x + i, (size_t)len * sizeof(float));
+            kt->vexp(len, y + i, y + i);
+        }
+        i += len;
+    }
+    for (int i = 0; i < NPTS; i++) {
+        const double want = exp((double)x[i]);
+        if (want > FLT_MAX) {
+            bad_range |= !(isinf(y[i]) && y[i] > 0);
+        } else if (want >= FLT_MIN) {
+            const double rel = fabs((double)y[i] - want) / want;
+            if (!(rel <= worst)) {
+                worst = isnan(rel) ? INFINITY : rel;
+                worst_x = x[i];
+            }
+        } else {
+            bad_range |= !(y[i] >= 0 && fabs((double)y[i] - want) <= FLT_MIN);
+        }
+    }
+    /* the tail: nothing past y[n-1] written (the guard page catches reads past x) */
+    y[NPTS - 1] = 7.0f;
+    kt->vexp(NPTS - 1, x, y);
+    const int tail_ok = y[NPTS - 1] == 7.0f;
+
+    float sx[6] = {-INFINITY, NAN, INFINITY, 0.0f, -200.0f, 200.0f}, sy[6];
+    kt->vexp(6, sx, sy);
+    const int specials = sy[0] == 0.0f && isnan(sy[1]) && isinf(sy[2]) && sy[2] > 0 &&
+                         fabsf(sy[3] - 1.0f) <= FLT_EPSILON && sy[4] == 0.0f && isinf(sy[5]);
+    CHECK(worst <= EXP_TOL && !bad_range && specials && tail_ok,
+          "%s vexp: max rel err %.3g at x = %.7g (limit %.3g), range edges %s, specials %s, "
+          "tail %s", kt->name, worst, worst_x, EXP_TOL, bad_range ? "WRONG" : "ok",
+          specials ? "ok" : "WRONG", tail_ok ? "ok" : "OVERWRITTEN");
+    printf("  %-7s vexp max relative error %.3g (%.2f ulp) over [-104, 89], %d points\n",
+           kt->name, worst, worst / (2 * U), NPTS);
+    th_free(x);
+    th_free(y);
+}
+
+void suite_ukernel(void) {
+    kt = sdpa_dispatch_compiled(th_isa);
+    if (!CHECK(kt != NULL && kt->isa == th_isa, "no table for %s", sdpa_isa_name(th_isa)))
+        return;
+    rng = 0x5eed0000u + (uint64_t)th_isa;
+    CHECK(kt->br >= 1 && kt->bc >= 1 && kt->kp_align >= 1 && kt->bc % kt->kp_align == 0,
+          "%s: tile sizes br=%d bc=%d kp_align=%d", kt->name, kt->br, kt->bc, kt->kp_align);
+    test_qk();
+    test_softmax();
+    test_pv();
+    test_vexp();
+}
