@@ -23,9 +23,12 @@
  * v) may be aligned only to their element size and must not be read past the last
  * element of the last row (the guard-page tests enforce this); pointers into driver
  * scratch (q, kp, vp, s, o, m_run, l_run, alpha) are 64-byte aligned and their rows are
- * ld apart, with ld a multiple of 16 floats. Scratch padding (columns between the
- * logical width and ld) holds unspecified values on entry; a kernel may use it only
- * where the function's text says so.
+ * ld apart, with ld a multiple of 16 floats, with two exceptions where a block crosses
+ * the causal diagonal and the driver calls a kernel on part of the tile: m_run, l_run
+ * and alpha may then start at any row, and pv's p at any column of a row (its rows are
+ * still ldp apart). No table may use alignment-requiring loads or stores on those three
+ * or on p. Scratch padding (columns between the logical width and ld) holds unspecified
+ * values on entry; a kernel may use it only where the function's text says so.
  */
 #ifndef SDPA_UKERNEL_H
 #define SDPA_UKERNEL_H

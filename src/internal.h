@@ -52,6 +52,22 @@ const sdpa_kernels *sdpa_dispatch_table(sdpa_isa isa);
  * compiled in. Tests use it to compare tables tile by tile. */
 const sdpa_kernels *sdpa_dispatch_compiled(sdpa_isa isa);
 
+/* The raw x86 feature bits CPUID and XGETBV report, as dispatch.c reads them to decide
+ * which tables are usable; tools/sdpa-cpuinfo prints them. All zero on other targets. */
+typedef struct sdpa_x86_cpu {
+    int cpuid;          /* CPUID answered (an x86 target) */
+    unsigned max_leaf;  /* CPUID.0:EAX */
+    char vendor[13];    /* CPUID.0, NUL-terminated */
+    int fma, osxsave, avx, f16c;                      /* CPUID.1:ECX */
+    int avx2, avx512f, avx512dq, avx512bw, avx512vl;  /* CPUID.(7,0):EBX */
+    int amx_bf16, avx512_fp16, amx_tile, amx_int8;    /* CPUID.(7,0):EDX */
+    int avx_vnni, avx512_bf16;                        /* CPUID.(7,1):EAX */
+    uint64_t xcr0;      /* XCR0, read only when OSXSAVE is set (else 0) */
+    int os_ymm, os_zmm, os_amx;  /* XCR0: the OS saves YMM / opmask+ZMM / AMX tile state */
+} sdpa_x86_cpu;
+
+void sdpa_cpu_x86(sdpa_x86_cpu *f);
+
 /* The fused driver on a validated problem with an explicit table. */
 sdpa_status sdpa_forward_with(const sdpa_kernels *kt, const sdpa_problem *p,
                               sdpa_stats *stats);

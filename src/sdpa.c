@@ -24,14 +24,19 @@
  *   O_r = 0 and lse_r = -inf.
  *
  *   Blocks with j0 >= e(i0 + m - 1) are skipped by that loop bound alone: causal
- *   skipping is index arithmetic, never a scan of a mask. In a masked block each row's
- *   P V runs only over the keys it sees, so a masked key's V row (even NaN or inf) never
- *   meets its zero weight.
+ *   skipping is index arithmetic, never a scan of a mask. In a masked block, rows that
+ *   see none of its keys are left out of every step (for them the step is, in exact
+ *   arithmetic, the identity: P = exp(-inf) = 0, alpha = 1 or 0 with l_r = O_r = 0),
+ *   rows that see all of it take the unmasked path, and each row in between runs P V
+ *   only over the keys it sees, so a masked key's V row (even NaN or inf) never meets
+ *   its zero weight.
  *
  * Work items are independent and each is computed by one thread with a fixed sequence of
  * operations, so the result does not depend on the number of threads or the schedule.
- * Causal items are issued largest first (last query block first) with dynamic
- * scheduling so the threads finish together.
+ * Items are numbered head by head ((b, h) major), so consecutive items, on one thread or
+ * on several, read the same K and V and find them in cache; within a head, causal items
+ * are issued largest first (last query block first) with dynamic scheduling, so the
+ * threads finish together on the last head's small items.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -48,10 +53,11 @@
  * microseconds, which is the whole runtime of a seed-sized attention. */
 #define SERIAL_FLOPS_MAX (1 << 22)
 
-/* Rows per P V call inside a masked block: rows are grouped so that the keys all rows of
- * a group see run through pv together, and only the few extra keys each row sees beyond
- * the group's common end run row by row. 8 keeps the per-row remainder (at most 7 keys
- * on the causal diagonal) small against a block of 64. */
+/* Rows per P V call in the part of a block that crosses the diagonal: rows are grouped so
+ * that the keys all rows of a group see run through pv together, and only the few extra
+ * keys each row sees beyond the group's common end run row by row. 8 keeps the per-row
+ * remainder (at most 7 keys on the causal diagonal) small against a block of 64; 6 and
+ * 12 measured the same on prefill-causal. */
 #define MASKED_ROW_GROUP 8
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -117,26 +123,20 @@ static scratch scratch_carve(const plan *pl, float *base) {
     return w;
 }
 
-/* P V over the keys each row sees, for a block where rows see different key counts. */
-static void pv_masked(const plan *pl, const scratch *w, int m, int n, const float *v,
+/* P V of rows [r0, r1), each over the keys it sees (end[r], at least 1, non-decreasing
+ * in r), for the part of a block that crosses the diagonal. Rows go in groups: the keys
+ * every row of a group sees run through one multi-row pv call, which also applies the
+ * rescale, and only the few keys each row sees beyond them run row by row. */
+static void pv_masked(const plan *pl, const scratch *w, int r0, int r1, const float *v,
                       int64_t ldv) {
     const sdpa_kernels *kt = pl->kt;
     const int Dv = (int)pl->p->Dv;
-    for (int r = 0; r < m; r++) { /* the rescale the pv calls below must not repeat */
-        float *orow = w->o + (size_t)r * (size_t)pl->ldo;
-        for (int d = 0; d < Dv; d++)
-            orow[d] *= w->alpha[r];
-    }
-    for (int r0 = 0; r0 < m; r0 += MASKED_ROW_GROUP) {
-        const int r1 = r0 + MASKED_ROW_GROUP < m ? r0 + MASKED_ROW_GROUP : m;
-        int64_t common = n;
-        for (int r = r0; r < r1; r++)
-            if (w->end[r] < common)
-                common = w->end[r];
-        if (common > 0)
-            kt->pv(r1 - r0, (int)common, Dv, w->s + (size_t)r0 * (size_t)pl->lds, pl->lds, v,
-                   ldv, NULL, w->o + (size_t)r0 * (size_t)pl->ldo, pl->ldo);
-        for (int r = r0; r < r1; r++)
+    for (int g0 = r0; g0 < r1; g0 += MASKED_ROW_GROUP) {
+        const int g1 = g0 + MASKED_ROW_GROUP < r1 ? g0 + MASKED_ROW_GROUP : r1;
+        const int64_t common = w->end[g0];
+        kt->pv(g1 - g0, (int)common, Dv, w->s + (size_t)g0 * (size_t)pl->lds, pl->lds, v, ldv,
+               w->alpha + g0, w->o + (size_t)g0 * (size_t)pl->ldo, pl->ldo);
+        for (int r = g0 + 1; r < g1; r++)
             if (w->end[r] > common)
                 kt->pv(1, (int)(w->end[r] - common), Dv,
                        w->s + (size_t)r * (size_t)pl->lds + common, pl->lds,
@@ -145,10 +145,40 @@ static void pv_masked(const plan *pl, const scratch *w, int m, int n, const floa
     }
 }
 
+/* p[0 .. n) = -inf, four at a time for the same SLP vectorisation as scale_row: the
+ * invisible scores of a diagonal block's rows (2% of causal T = 512 as a scalar loop). */
+static void fill_ninf(float *p, int n) {
+    int j = 0;
+    for (; j + 4 <= n; j += 4) {
+        p[j] = -INFINITY;
+        p[j + 1] = -INFINITY;
+        p[j + 2] = -INFINITY;
+        p[j + 3] = -INFINITY;
+    }
+    for (; j < n; j++)
+        p[j] = -INFINITY;
+}
+
+/* out[0 .. n) = acc[0 .. n) * f. Four at a time with restrict, so that the compiler
+ * (basic-block SLP vectorisation, on at -O2) emits one baseline-ISA vector op per group:
+ * this pass writes the caller's output, a cache miss per line, and was 3% of prefill as
+ * a scalar loop. */
+static void scale_row(float *restrict out, const float *restrict acc, float f, int n) {
+    int d = 0;
+    for (; d + 4 <= n; d += 4) {
+        out[d] = acc[d] * f;
+        out[d + 1] = acc[d + 1] * f;
+        out[d + 2] = acc[d + 2] * f;
+        out[d + 3] = acc[d + 3] * f;
+    }
+    for (; d < n; d++)
+        out[d] = acc[d] * f;
+}
+
 static void run_item(const plan *pl, const scratch *w, int64_t item, counters *c) {
     const sdpa_problem *p = pl->p;
     const sdpa_kernels *kt = pl->kt;
-    const int64_t bh = item % (p->B * p->Hq), qi = item / (p->B * p->Hq);
+    const int64_t bh = item / pl->nqb, qi = item % pl->nqb;
     const int64_t qb = p->causal ? pl->nqb - 1 - qi : qi;
     const int64_t b = bh / p->Hq, h = bh % p->Hq, hk = h / p->group;
     const int64_t i0 = qb * pl->br;
@@ -175,23 +205,38 @@ static void run_item(const plan *pl, const scratch *w, int64_t item, counters *c
         const int n = (int)(p->Tkv - j0 < pl->bc ? p->Tkv - j0 : pl->bc);
         const float *vblk = vbase + j0 * p->vs[2];
         kt->pack_k(n, Dk, kbase + j0 * p->ks[2], p->ks[2], SDPA_F32, w->kp);
-        kt->qk(m, n, Dk, p->scale, w->q, pl->ldq, w->kp, w->s, pl->lds);
-        if (j0 + n <= end_first) {
+        if (j0 + n <= end_first) { /* every row sees the whole block */
+            kt->qk(m, n, Dk, p->scale, w->q, pl->ldq, w->kp, w->s, pl->lds);
             kt->softmax(m, n, w->s, pl->lds, w->m, w->l, w->alpha);
             kt->pv(m, n, Dv, w->s, pl->lds, vblk, p->vs[2], w->alpha, w->o, pl->ldo);
-        } else {
-            for (int r = 0; r < m; r++) {
-                int64_t e = sdpa_row_end(p, i0 + r) - j0;
-                e = e < 0 ? 0 : (e > n ? n : e);
-                w->end[r] = e;
-                float *srow = w->s + (size_t)r * (size_t)pl->lds;
-                for (int64_t j = e; j < n; j++)
-                    srow[j] = -INFINITY;
-            }
-            kt->softmax(m, n, w->s, pl->lds, w->m, w->l, w->alpha);
-            pv_masked(pl, w, m, n, vblk, p->vs[2]);
-            c->masked++;
+            continue;
         }
+        /* The block crosses the diagonal. e(i) is non-decreasing, so rows [0, lo) see
+         * none of it, rows [lo, full) part of it and rows [full, m) all of it. Rows
+         * below lo are left alone: for them the step would be exp(-inf) = 0 weights and
+         * alpha = exp(m - m) = 1 (or l = O = 0 still), the identity. */
+        int lo = m, full = m;
+        for (int r = m - 1; r >= 0; r--) {
+            int64_t e = sdpa_row_end(p, i0 + r) - j0;
+            e = e < 0 ? 0 : (e > n ? n : e);
+            w->end[r] = e;
+            if (e > 0)
+                lo = r;
+            if (e == n)
+                full = r;
+        }
+        const int mv = m - lo;
+        float *s_lo = w->s + (size_t)lo * (size_t)pl->lds;
+        kt->qk(mv, n, Dk, p->scale, w->q + (size_t)lo * (size_t)pl->ldq, pl->ldq, w->kp, s_lo,
+               pl->lds);
+        for (int r = lo; r < full; r++)
+            fill_ninf(w->s + (size_t)r * (size_t)pl->lds + w->end[r], n - (int)w->end[r]);
+        kt->softmax(mv, n, s_lo, pl->lds, w->m + lo, w->l + lo, w->alpha + lo);
+        if (full < m)
+            kt->pv(m - full, n, Dv, w->s + (size_t)full * (size_t)pl->lds, pl->lds, vblk,
+                   p->vs[2], w->alpha + full, w->o + (size_t)full * (size_t)pl->ldo, pl->ldo);
+        pv_masked(pl, w, lo, full, vblk, p->vs[2]);
+        c->masked++;
     }
     c->computed += nkb;
 
@@ -206,10 +251,7 @@ static void run_item(const plan *pl, const scratch *w, int64_t item, counters *c
                 lse[r] = -INFINITY;
             continue;
         }
-        const float inv = 1.0f / l;
-        const float *acc = w->o + (size_t)r * (size_t)pl->ldo;
-        for (int d = 0; d < Dv; d++)
-            out[d] = acc[d] * inv;
+        scale_row(out, w->o + (size_t)r * (size_t)pl->ldo, 1.0f / l, Dv);
         if (lse) {
             const float mu = w->m[r] == -INFINITY ? 0.0f : w->m[r];
             lse[r] = mu + logf(l);
