@@ -1,0 +1,555 @@
+/*
+ * neon.c - the AArch64 Advanced SIMD (NEON) kernel table: the six tile functions of
+ * kernels/ukernel.h in arm_neon.h intrinsics, fp32 arithmetic throughout.
+ *
+ * What it is: the table every aarch64 CPU can run. It uses only the ARMv8.0-A Advanced
+ * SIMD baseline (FMLA by element, FMAXNM/FMAXNMV, FADDP/FADDV, FCVTNS, and FCVTL for the
+ * exact f16 -> f32 widening of F16 storage; BF16 storage is widened with a 16-bit shift),
+ * so it runs on a Cortex-A72 as well as on Neoverse/Apple-class cores. src/dispatch.c
+ * selects it by default on aarch64; tests/test_ukernel.c checks each function against
+ * double precision and `make test-aarch64` runs the whole suite under qemu-aarch64 (the
+ * default CPU and -cpu cortex-a72, which has nothing beyond ARMv8.0).
+ *
+ * What it is not: no FP16 arithmetic (FEAT_FP16), no BF16 instructions (BFDOT/BFMMLA,
+ * FEAT_BF16), no SVE, no dot-product or matrix extensions. Those would be later optional
+ * tables chosen through the HWCAP bits src/dispatch.c already reads. It is not tuned on
+ * real hardware: qemu checks correctness and instruction-set coverage, never speed.
+ *
+ * Layout of Kp (kp_align = NR = 8): keys are grouped in panels of 8; panel p holds keys
+ * 8p .. 8p+7 transposed, Kp[p * 8 * dk + d * 8 + i] = K[8p + i][d], so for each d the qk
+ * kernel streams two contiguous 4-float vectors of keys. Keys past n in the last panel
+ * are zeros (ukernel.h: padding keys are packed as zeros), so qk has no key tail: it
+ * writes S up to round_up(n, 8), which the contract allows.
+ *
+ * Register budget (32 x 128-bit V registers): every full tile keeps 16 accumulators.
+ *   qk: a tile of mr query rows x (8 * npan) keys with mr * 2 * npan accumulators
+ *       (mr 8 x 1 panel, 4 x 2, 2 x 4: 16; 1 x 4: 8), + mr vectors of Q (4 d each, used
+ *       by lane with FMLA by element) + 2 key vectors per panel for the lane being
+ *       applied: 8 x 8 keys uses 16 + 8 + 2 = 26 registers, 4 x 16 uses 16 + 4 + 4 = 24,
+ *       2 x 32 uses 16 + 2 + 8 = 26. A single row (decode) loads one key vector per FMA
+ *       whatever the tile, so it is load-bound; 8 accumulators cover the FMA latency
+ *       there, and a 1 x 8-panel tile (16) made GCC spill key vectors.
+ *   pv: a tile of mr rows x (4 * nv) columns of O with mr * nv accumulators (8 x 2,
+ *       4 x 4, 2 x 8: 16; 1 x 8: 8, decode rows are memory bound), + mr vectors of P
+ *       (4 keys each, used by lane) + nv vectors of the V row being applied:
+ *       8 x 2 uses 16 + 8 + 2 = 26, 4 x 4 uses 24, 2 x 8 uses 26.
+ *   Tails use the same kernels with fewer rows/panels/columns; columns past the last
+ *   multiple of 4 go through lane loads and stores (NEON has no masked loads), so no
+ *   function reads or writes an element outside its operands.
+ */
+#if !defined(__aarch64__) || !defined(__ARM_NEON)
+#error "kernels/neon is AArch64 Advanced SIMD code: build it with an aarch64 compiler (the Makefile does so only when CC targets aarch64)"
+#endif
+
+#include <arm_neon.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../ukernel.h"
+
+/* The tile helpers must be inlined with constant shapes so their small arrays of vectors
+ * become registers; a call would put them on the stack. */
+#define NEON_INLINE static inline __attribute__((always_inline))
+
+enum {
+    NR = 8,  /* keys per Kp panel (two vectors); kp_align */
+    MR = 8,  /* the largest row count of a register tile */
+    NACC = 16, /* accumulators per full tile */
+};
+
+static size_t elem_bytes(sdpa_dtype dt) { return dt == SDPA_F32 ? 4 : 2; }
+
+/* ---- loads and stores without masks ----------------------------------------------- */
+
+/* w (1..3) floats into lanes 0..w-1 of fill, one lane load each: nothing past p[w-1] is
+ * touched. */
+NEON_INLINE float32x4_t load_part(const float *p, int w, float32x4_t fill) {
+    fill = vld1q_lane_f32(p, fill, 0);
+    if (w > 1)
+        fill = vld1q_lane_f32(p + 1, fill, 1);
+    if (w > 2)
+        fill = vld1q_lane_f32(p + 2, fill, 2);
+    return fill;
+}
+
+NEON_INLINE void store_part(float *p, float32x4_t v, int w) {
+    vst1q_lane_f32(p, v, 0);
+    if (w > 1)
+        vst1q_lane_f32(p + 1, v, 1);
+    if (w > 2)
+        vst1q_lane_f32(p + 2, v, 2);
+}
+
+/* 16-bit storage widened to fp32, exactly (the same bits as kernels/convert.h, which
+ * tests/test_ukernel.c checks on random values): FCVTL for binary16 (subnormals
+ * normalised; NaN payloads kept and quietened as in the Arm ARM's FPConvertNaN, with
+ * Linux's default FPCR.DN = 0), a shift into the top half for bfloat16. All 65536 bit
+ * patterns of each type, NaNs and subnormals included, were checked against convert.h
+ * through pack_k and pack_v under qemu-aarch64 (default CPU and cortex-a72). */
+NEON_INLINE float32x4_t widen16(uint16x4_t h, sdpa_dtype dt) {
+    if (dt == SDPA_F16)
+        return vcvt_f32_f16(vreinterpret_f16_u16(h));
+    return vreinterpretq_f32_u32(vshll_n_u16(h, 16));
+}
+
+/* Elements d .. d+3 of a row stored as dt, as fp32. */
+NEON_INLINE float32x4_t load4(const void *row, int d, sdpa_dtype dt) {
+    if (dt == SDPA_F32)
+        return vld1q_f32((const float *)row + d);
+    return widen16(vld1_u16((const uint16_t *)row + d), dt);
+}
+
+/* Elements d .. d+w-1 (w = 1..3) of a row stored as dt, as fp32; other lanes 0. */
+NEON_INLINE float32x4_t load_part_dt(const void *row, int d, int w, sdpa_dtype dt) {
+    if (dt == SDPA_F32)
+        return load_part((const float *)row + d, w, vdupq_n_f32(0.0f));
+    const uint16_t *h = (const uint16_t *)row + d;
+    uint16x4_t v = vdup_n_u16(0);
+    v = vld1_lane_u16(h, v, 0);
+    if (w > 1)
+        v = vld1_lane_u16(h + 1, v, 1);
+    if (w > 2)
+        v = vld1_lane_u16(h + 2, v, 2);
+    return widen16(v, dt);
+}
+
+/* ---- exp ---------------------------------------------------------------------------
+ *
+ * exp(x) = 2^n exp(r), n = round(x / ln 2), r = x - n ln 2 in [-ln2/2, ln2/2] (Cody and
+ * Waite, "Software Manual for the Elementary Functions", 1980, ch. 6). n ln 2 is
+ * subtracted in two fused steps, ln 2 = LN2_HI + LN2_LO: with FMA the first step is one
+ * rounding of the exact x - n LN2_HI, the second adds the tail, so r carries no
+ * cancellation error beyond its own last bit.
+ *
+ * exp(r) ~ 1 + r + r^2 (C2 + C3 r + C4 r^2 + C5 r^3 + C6 r^4): the quartic is the
+ * minimax approximation to (exp(r) - 1 - r) / r^2 weighted so the *relative* error of
+ * exp is minimised on [-a, a], a = (ln 2 / 2)(1 + 1e-3) (a margin for r's rounding).
+ * Obtained here with a Remez exchange in 50-digit arithmetic (Python mpmath 1.3): the
+ * equioscillation error is 3.08e-9 (0.05 ulp), 4.39e-9 after rounding each coefficient
+ * to the nearest float (the values below, in hex so they are the exact floats used).
+ * Constants: LN2_HI = ln 2 rounded to float, LN2_LO = (ln 2 - LN2_HI) rounded to float,
+ * LOG2E = 1/ln 2 rounded to float (all from ln 2 = 0.693147180559945309417232...).
+ *
+ * Scaling: 2^n is applied as 2^(n - n/2) * 2^(n/2) (two exact power-of-two floats built
+ * in the exponent field), so n = 128 (x just below ln FLT_MAX, where exp(r) < 1 keeps the
+ * result finite) and n = -126 with r < 0 (results just below FLT_MIN, rounded once to a
+ * subnormal) need no special path.
+ *
+ * Ranges: x > X_HI (the float below ln FLT_MAX = 88.7228391) gives +inf; x < X_LO (the
+ * float below ln FLT_MIN = -87.3365448) gives +0: every such result is below FLT_MIN, where
+ * ukernel.h allows a flush, so exp(-inf) = +0 exactly and never NaN; x = NaN gives NaN
+ * (every compare is false and the arithmetic propagates it).
+ *
+ * Measured max relative error, results >= FLT_MIN (under qemu-aarch64, whose softfloat
+ * FMA is IEEE-exact like the hardware's): 8.21e-08 over [-104, 89] on the 2^20 points of
+ * tests/test_ukernel.c; 8.58e-08 (1.44 * 2^-24, at x = -27.378) over every float in
+ * [-87.34, 89] with |x| >= 2^-30 (6.1e8 points; below that the result is 1.0f, off by < 2^-30).
+ * The contract allows 2^-20 = 9.5e-07.
+ */
+#define EXP_C2 0x1.fffffcp-2f  /* 0.49999994 */
+#define EXP_C3 0x1.555490p-3f  /* 0.16666520 */
+#define EXP_C4 0x1.5558f4p-5f  /* 0.041668393 */
+#define EXP_C5 0x1.123a6cp-7f  /* 0.0083687808 */
+#define EXP_C6 0x1.6a2352p-10f /* 0.0013814467 */
+#define EXP_LOG2E 0x1.715476p+0f
+#define EXP_LN2_HI 0x1.62e430p-1f
+#define EXP_LN2_LO -0x1.05c610p-29f
+#define EXP_X_HI 0x1.62e42ep+6f  /* 88.722832 */
+#define EXP_X_LO -0x1.5d58a0p+6f /* -87.336548 */
+
+NEON_INLINE float32x4_t exp4(float32x4_t x) {
+    const int32x4_t n = vcvtnq_s32_f32(vmulq_n_f32(x, EXP_LOG2E)); /* saturates; NaN -> 0 */
+    const float32x4_t nf = vcvtq_f32_s32(n);
+    float32x4_t r = vfmsq_f32(x, nf, vdupq_n_f32(EXP_LN2_HI));
+    r = vfmsq_f32(r, nf, vdupq_n_f32(EXP_LN2_LO));
+    const float32x4_t r2 = vmulq_f32(r, r);
+    float32x4_t q = vfmaq_f32(vdupq_n_f32(EXP_C5), r, vdupq_n_f32(EXP_C6));
+    q = vfmaq_f32(vdupq_n_f32(EXP_C4), r, q);
+    q = vfmaq_f32(vdupq_n_f32(EXP_C3), r, q);
+    q = vfmaq_f32(vdupq_n_f32(EXP_C2), r, q);
+    const float32x4_t p = vaddq_f32(vfmaq_f32(r, r2, q), vdupq_n_f32(1.0f));
+    /* 2^n1 * 2^n2, n1 = n >> 1, n2 = n - n1: both in [-63, 64] for the n of any x in
+     * [X_LO, X_HI]; lanes outside are replaced below, whatever their bits here. */
+    const int32x4_t n1 = vshrq_n_s32(n, 1), n2 = vsubq_s32(n, n1);
+    const float32x4_t s1 =
+        vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(n1, vdupq_n_s32(127)), 23));
+    const float32x4_t s2 =
+        vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(n2, vdupq_n_s32(127)), 23));
+    float32x4_t y = vmulq_f32(vmulq_f32(p, s1), s2);
+    y = vbslq_f32(vcgtq_f32(x, vdupq_n_f32(EXP_X_HI)), vdupq_n_f32(INFINITY), y);
+    y = vbslq_f32(vcltq_f32(x, vdupq_n_f32(EXP_X_LO)), vdupq_n_f32(0.0f), y);
+    return y;
+}
+
+static void neon_vexp(int n, const float *x, float *y) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const float32x4_t a = vld1q_f32(x + i), b = vld1q_f32(x + i + 4);
+        vst1q_f32(y + i, exp4(a));
+        vst1q_f32(y + i + 4, exp4(b));
+    }
+    for (; i + 4 <= n; i += 4)
+        vst1q_f32(y + i, exp4(vld1q_f32(x + i)));
+    if (i < n)
+        store_part(y + i, exp4(load_part(x + i, n - i, vdupq_n_f32(0.0f))), n - i);
+}
+
+/* ---- pack_k, pack_v ------------------------------------------------------------------ */
+
+/* 4x4 transpose: on return a[i] holds lane i of the inputs a[0..3]. */
+NEON_INLINE void transpose4(float32x4_t a[4]) {
+    const float32x4_t t0 = vtrn1q_f32(a[0], a[1]), t1 = vtrn2q_f32(a[0], a[1]);
+    const float32x4_t t2 = vtrn1q_f32(a[2], a[3]), t3 = vtrn2q_f32(a[2], a[3]);
+    a[0] = vreinterpretq_f32_f64(vtrn1q_f64(vreinterpretq_f64_f32(t0), vreinterpretq_f64_f32(t2)));
+    a[1] = vreinterpretq_f32_f64(vtrn1q_f64(vreinterpretq_f64_f32(t1), vreinterpretq_f64_f32(t3)));
+    a[2] = vreinterpretq_f32_f64(vtrn2q_f64(vreinterpretq_f64_f32(t0), vreinterpretq_f64_f32(t2)));
+    a[3] = vreinterpretq_f32_f64(vtrn2q_f64(vreinterpretq_f64_f32(t1), vreinterpretq_f64_f32(t3)));
+}
+
+/* One panel: keys rows[0 .. nk) (nk <= 8; the rest packed as zeros), 4 d at a time as two
+ * 4x4 transposes; the last dk % 4 columns through lane loads. */
+NEON_INLINE void pack_k_panel(const int nk, int dk, const char *k0, size_t row_bytes,
+                              sdpa_dtype dt, float *panel) {
+    const char *rows[NR];
+    for (int i = 0; i < NR; i++)
+        rows[i] = k0 + (size_t)(i < nk ? i : 0) * row_bytes;
+    for (int d = 0; d < dk; d += 4) {
+        const int w = dk - d < 4 ? dk - d : 4;
+        float32x4_t a[NR];
+        for (int i = 0; i < NR; i++)
+            a[i] = i >= nk ? vdupq_n_f32(0.0f)
+                   : w == 4 ? load4(rows[i], d, dt)
+                            : load_part_dt(rows[i], d, w, dt);
+        transpose4(a);
+        transpose4(a + 4);
+        for (int c = 0; c < w; c++) {
+            vst1q_f32(panel + (size_t)(d + c) * NR, a[c]);
+            vst1q_f32(panel + (size_t)(d + c) * NR + 4, a[4 + c]);
+        }
+    }
+}
+
+NEON_INLINE void pack_k_dt(int n, int dk, const void *k, int64_t ldk, sdpa_dtype dt,
+                           float *kp) {
+    const size_t row_bytes = (size_t)ldk * elem_bytes(dt);
+    int j = 0;
+    for (; j + NR <= n; j += NR) /* full panels: a constant nk drops the zero-key checks */
+        pack_k_panel(NR, dk, (const char *)k + (size_t)j * row_bytes, row_bytes, dt,
+                     kp + (size_t)j * (size_t)dk);
+    if (j < n)
+        pack_k_panel(n - j, dk, (const char *)k + (size_t)j * row_bytes, row_bytes, dt,
+                     kp + (size_t)j * (size_t)dk);
+}
+
+static void neon_pack_k(int n, int dk, const void *k, int64_t ldk, sdpa_dtype dt,
+                        float *kp) {
+    switch (dt) {
+    case SDPA_F16:
+        pack_k_dt(n, dk, k, ldk, SDPA_F16, kp);
+        break;
+    case SDPA_BF16:
+        pack_k_dt(n, dk, k, ldk, SDPA_BF16, kp);
+        break;
+    case SDPA_F32:
+        pack_k_dt(n, dk, k, ldk, SDPA_F32, kp);
+        break;
+    }
+}
+
+NEON_INLINE void pack_v_dt(int n, int dv, const void *v, int64_t ldv, sdpa_dtype dt,
+                           float *vp, int ldvp) {
+    const size_t row_bytes = (size_t)ldv * elem_bytes(dt);
+    for (int j = 0; j < n; j++) {
+        const char *row = (const char *)v + (size_t)j * row_bytes;
+        float *out = vp + (size_t)j * (size_t)ldvp;
+        int d = 0;
+        for (; d + 8 <= dv; d += 8) {
+            const float32x4_t a = load4(row, d, dt), b = load4(row, d + 4, dt);
+            vst1q_f32(out + d, a);
+            vst1q_f32(out + d + 4, b);
+        }
+        for (; d + 4 <= dv; d += 4)
+            vst1q_f32(out + d, load4(row, d, dt));
+        if (d < dv)
+            store_part(out + d, load_part_dt(row, d, dv - d, dt), dv - d);
+    }
+}
+
+/* Only F16/BF16 reach pack_v (ukernel.h); F32 is handled too, as a plain copy. */
+static void neon_pack_v(int n, int dv, const void *v, int64_t ldv, sdpa_dtype dt, float *vp,
+                        int ldvp) {
+    switch (dt) {
+    case SDPA_F16:
+        pack_v_dt(n, dv, v, ldv, SDPA_F16, vp, ldvp);
+        break;
+    case SDPA_BF16:
+        pack_v_dt(n, dv, v, ldv, SDPA_BF16, vp, ldvp);
+        break;
+    case SDPA_F32:
+        pack_v_dt(n, dv, v, ldv, SDPA_F32, vp, ldvp);
+        break;
+    }
+}
+
+/* ---- qk -------------------------------------------------------------------------------
+ *
+ * S tile = scale * Q[mr rows] Kp[npan panels]^T. acc[r * 2 npan + 2 pp + h] holds keys
+ * 8 pp + 4 h .. +3 of row r. Per 4 d: mr loads of Q (one vector per row), then for each
+ * of the 4 lanes two key vectors per panel, each FMLA'd against every row's Q lane.
+ */
+#define QK_LANE(L)                                                                           \
+    for (int pp = 0; pp < npan; pp++) {                                                       \
+        const float *kl = kp + (size_t)pp * pstride + (size_t)(d + (L)) * NR;                 \
+        const float32x4_t k0 = vld1q_f32(kl), k1 = vld1q_f32(kl + 4);                         \
+        _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {                                \
+            acc[r * 2 * npan + 2 * pp] = vfmaq_laneq_f32(acc[r * 2 * npan + 2 * pp], k0, qv[r], L); \
+            acc[r * 2 * npan + 2 * pp + 1] =                                                  \
+                vfmaq_laneq_f32(acc[r * 2 * npan + 2 * pp + 1], k1, qv[r], L);                \
+        }                                                                                     \
+    }
+
+NEON_INLINE void qk_tile(const int mr, const int npan, int dk, float scale, const float *q,
+                         int ldq, const float *kp, float *s, int lds) {
+    const size_t pstride = (size_t)NR * (size_t)dk;
+    float32x4_t acc[NACC];
+    _Pragma("GCC unroll 16") for (int a = 0; a < mr * 2 * npan; a++) acc[a] = vdupq_n_f32(0.0f);
+    int d = 0;
+    for (; d + 4 <= dk; d += 4) {
+        float32x4_t qv[MR];
+        _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
+            qv[r] = vld1q_f32(q + (size_t)r * (size_t)ldq + d);
+        _Pragma("GCC unroll 8") QK_LANE(0);
+        _Pragma("GCC unroll 8") QK_LANE(1);
+        _Pragma("GCC unroll 8") QK_LANE(2);
+        _Pragma("GCC unroll 8") QK_LANE(3);
+    }
+    for (; d < dk; d++) { /* dk % 4 columns: Q read element by element (its padding is off limits) */
+        _Pragma("GCC unroll 8") for (int pp = 0; pp < npan; pp++) {
+            const float *kl = kp + (size_t)pp * pstride + (size_t)d * NR;
+            const float32x4_t k0 = vld1q_f32(kl), k1 = vld1q_f32(kl + 4);
+            _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {
+                const float qs = q[(size_t)r * (size_t)ldq + d];
+                acc[r * 2 * npan + 2 * pp] = vfmaq_n_f32(acc[r * 2 * npan + 2 * pp], k0, qs);
+                acc[r * 2 * npan + 2 * pp + 1] =
+                    vfmaq_n_f32(acc[r * 2 * npan + 2 * pp + 1], k1, qs);
+            }
+        }
+    }
+    _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
+        _Pragma("GCC unroll 16") for (int c = 0; c < 2 * npan; c++)
+            vst1q_f32(s + (size_t)r * (size_t)lds + 4 * c, vmulq_n_f32(acc[r * 2 * npan + c], scale));
+}
+
+/* All panels for mr rows: npan panels per tile, the remaining panels one at a time. */
+NEON_INLINE void qk_rows(const int mr, const int npan, int np, int dk, float scale,
+                         const float *q, int ldq, const float *kp, float *s, int lds) {
+    const size_t pstride = (size_t)NR * (size_t)dk;
+    int p = 0;
+    for (; p + npan <= np; p += npan)
+        qk_tile(mr, npan, dk, scale, q, ldq, kp + (size_t)p * pstride, s + (size_t)p * NR, lds);
+    for (; p < np; p++)
+        qk_tile(mr, 1, dk, scale, q, ldq, kp + (size_t)p * pstride, s + (size_t)p * NR, lds);
+}
+
+static void neon_qk(int m, int n, int dk, float scale, const float *q, int ldq,
+                    const float *kp, float *s, int lds) {
+    const int np = (n + NR - 1) / NR;
+    int r = 0;
+    for (; r + 8 <= m; r += 8)
+        qk_rows(8, 1, np, dk, scale, q + (size_t)r * (size_t)ldq, ldq, kp,
+                s + (size_t)r * (size_t)lds, lds);
+    if (m - r >= 4) {
+        qk_rows(4, 2, np, dk, scale, q + (size_t)r * (size_t)ldq, ldq, kp,
+                s + (size_t)r * (size_t)lds, lds);
+        r += 4;
+    }
+    if (m - r >= 2) {
+        qk_rows(2, 4, np, dk, scale, q + (size_t)r * (size_t)ldq, ldq, kp,
+                s + (size_t)r * (size_t)lds, lds);
+        r += 2;
+    }
+    if (m - r >= 1)
+        qk_rows(1, 4, np, dk, scale, q + (size_t)r * (size_t)ldq, ldq, kp,
+                s + (size_t)r * (size_t)lds, lds);
+}
+
+/* ---- softmax ------------------------------------------------------------------------- */
+
+/* One row of the online-softmax step (ukernel.h). The max uses FMAXNM, which ignores a
+ * quiet NaN like the scalar table's `>` does; a NaN score still reaches l_run through
+ * exp(NaN) = NaN. Lanes past n are never read as scores: the tail is lane-loaded over a
+ * -inf fill (exp gives 0 there) and lane-stored. */
+NEON_INLINE void softmax_row(int n, float *sr, float *m_run, float *l_run, float *alpha) {
+    const float32x4_t ninf = vdupq_n_f32(-INFINITY);
+    float32x4_t vm0 = ninf, vm1 = ninf;
+    int j = 0;
+    for (; j + 8 <= n; j += 8) {
+        vm0 = vmaxnmq_f32(vm0, vld1q_f32(sr + j));
+        vm1 = vmaxnmq_f32(vm1, vld1q_f32(sr + j + 4));
+    }
+    for (; j + 4 <= n; j += 4)
+        vm0 = vmaxnmq_f32(vm0, vld1q_f32(sr + j));
+    const int w = n - j;
+    if (w > 0)
+        vm1 = vmaxnmq_f32(vm1, load_part(sr + j, w, ninf));
+    const float bmax = vmaxnmvq_f32(vmaxnmq_f32(vm0, vm1));
+    const float mx = bmax > *m_run ? bmax : *m_run;
+    const float mu = mx == -INFINITY ? 0.0f : mx;
+
+    const float32x4_t vmu = vdupq_n_f32(mu);
+    float32x4_t sum0 = vdupq_n_f32(0.0f), sum1 = vdupq_n_f32(0.0f);
+    j = 0;
+    for (; j + 8 <= n; j += 8) {
+        const float32x4_t p0 = exp4(vsubq_f32(vld1q_f32(sr + j), vmu));
+        const float32x4_t p1 = exp4(vsubq_f32(vld1q_f32(sr + j + 4), vmu));
+        vst1q_f32(sr + j, p0);
+        vst1q_f32(sr + j + 4, p1);
+        sum0 = vaddq_f32(sum0, p0);
+        sum1 = vaddq_f32(sum1, p1);
+    }
+    for (; j + 4 <= n; j += 4) {
+        const float32x4_t p0 = exp4(vsubq_f32(vld1q_f32(sr + j), vmu));
+        vst1q_f32(sr + j, p0);
+        sum0 = vaddq_f32(sum0, p0);
+    }
+    if (w > 0) {
+        const float32x4_t p1 = exp4(vsubq_f32(load_part(sr + j, w, ninf), vmu));
+        store_part(sr + j, p1, w);
+        sum1 = vaddq_f32(sum1, p1);
+    }
+    const float sum = vaddvq_f32(vaddq_f32(sum0, sum1));
+    const float a = vgetq_lane_f32(exp4(vdupq_n_f32(*m_run - mu)), 0);
+    *alpha = a;
+    *l_run = a * *l_run + sum;
+    *m_run = mx;
+}
+
+static void neon_softmax(int m, int n, float *s, int lds, float *m_run, float *l_run,
+                         float *alpha) {
+    for (int r = 0; r < m; r++)
+        softmax_row(n, s + (size_t)r * (size_t)lds, m_run + r, l_run + r, alpha + r);
+}
+
+/* ---- pv -------------------------------------------------------------------------------
+ *
+ * O tile (mr rows x nv vectors of 4 columns, or one partial vector of w = 1..3 columns
+ * when w > 0) = alpha * O + P V. acc[r * nv + c]. Per 4 keys: mr loads of P (one vector
+ * per row), then per key (lane) nv vectors of its V row, each FMLA'd against every row's
+ * P lane. Keys past the last multiple of 4 use the P element itself (P padding is off
+ * limits).
+ */
+NEON_INLINE float32x4_t load_v(const float *vr, const int w) {
+    return w ? load_part(vr, w, vdupq_n_f32(0.0f)) : vld1q_f32(vr);
+}
+
+#define PV_LANE(L)                                                                           \
+    {                                                                                         \
+        const float *vr = v + (int64_t)(j + (L)) * ldv;                                       \
+        _Pragma("GCC unroll 16") for (int c = 0; c < nv; c++) {                               \
+            const float32x4_t vc = load_v(vr + 4 * c, w);                                     \
+            _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)                              \
+                acc[r * nv + c] = vfmaq_laneq_f32(acc[r * nv + c], vc, pv4[r], L);            \
+        }                                                                                     \
+    }
+
+NEON_INLINE void pv_tile(const int mr, const int nv, const int w, int n, const float *p,
+                         int ldp, const float *v, int64_t ldv, const float *alpha, float *o,
+                         int ldo) {
+    float32x4_t acc[NACC];
+    _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {
+        const float32x4_t a = vdupq_n_f32(alpha ? alpha[r] : 1.0f);
+        _Pragma("GCC unroll 16") for (int c = 0; c < nv; c++) {
+            const float *orc = o + (size_t)r * (size_t)ldo + 4 * c;
+            const float32x4_t x = w ? load_part(orc, w, vdupq_n_f32(0.0f)) : vld1q_f32(orc);
+            acc[r * nv + c] = alpha ? vmulq_f32(x, a) : x;
+        }
+    }
+    int j = 0;
+    for (; j + 4 <= n; j += 4) {
+        float32x4_t pv4[MR];
+        _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
+            pv4[r] = vld1q_f32(p + (size_t)r * (size_t)ldp + j);
+        PV_LANE(0);
+        PV_LANE(1);
+        PV_LANE(2);
+        PV_LANE(3);
+    }
+    for (; j < n; j++) {
+        const float *vr = v + (int64_t)j * ldv;
+        _Pragma("GCC unroll 16") for (int c = 0; c < nv; c++) {
+            const float32x4_t vc = load_v(vr + 4 * c, w);
+            _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
+                acc[r * nv + c] = vfmaq_n_f32(acc[r * nv + c], vc, p[(size_t)r * (size_t)ldp + j]);
+        }
+    }
+    _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
+        _Pragma("GCC unroll 16") for (int c = 0; c < nv; c++) {
+            float *orc = o + (size_t)r * (size_t)ldo + 4 * c;
+            if (w)
+                store_part(orc, acc[r * nv + c], w);
+            else
+                vst1q_f32(orc, acc[r * nv + c]);
+        }
+}
+
+/* All dv columns for mr rows: nv vectors per tile, then single vectors, then the partial
+ * one. */
+NEON_INLINE void pv_rows(const int mr, const int nv, int n, int dv, const float *p, int ldp,
+                         const float *v, int64_t ldv, const float *alpha, float *o, int ldo) {
+    int c = 0;
+    for (; c + 4 * nv <= dv; c += 4 * nv)
+        pv_tile(mr, nv, 0, n, p, ldp, v + c, ldv, alpha, o + c, ldo);
+    for (; c + 4 <= dv; c += 4)
+        pv_tile(mr, 1, 0, n, p, ldp, v + c, ldv, alpha, o + c, ldo);
+    switch (dv - c) {
+    case 1:
+        pv_tile(mr, 1, 1, n, p, ldp, v + c, ldv, alpha, o + c, ldo);
+        break;
+    case 2:
+        pv_tile(mr, 1, 2, n, p, ldp, v + c, ldv, alpha, o + c, ldo);
+        break;
+    case 3:
+        pv_tile(mr, 1, 3, n, p, ldp, v + c, ldv, alpha, o + c, ldo);
+        break;
+    default:
+        break;
+    }
+}
+
+static void neon_pv(int m, int n, int dv, const float *p, int ldp, const float *v,
+                    int64_t ldv, const float *alpha, float *o, int ldo) {
+    int r = 0;
+    for (; r + 8 <= m; r += 8)
+        pv_rows(8, 2, n, dv, p + (size_t)r * (size_t)ldp, ldp, v, ldv, alpha ? alpha + r : NULL,
+                o + (size_t)r * (size_t)ldo, ldo);
+    if (m - r >= 4) {
+        pv_rows(4, 4, n, dv, p + (size_t)r * (size_t)ldp, ldp, v, ldv, alpha ? alpha + r : NULL,
+                o + (size_t)r * (size_t)ldo, ldo);
+        r += 4;
+    }
+    if (m - r >= 2) {
+        pv_rows(2, 8, n, dv, p + (size_t)r * (size_t)ldp, ldp, v, ldv, alpha ? alpha + r : NULL,
+                o + (size_t)r * (size_t)ldo, ldo);
+        r += 2;
+    }
+    if (m - r >= 1)
+        pv_rows(1, 8, n, dv, p + (size_t)r * (size_t)ldp, ldp, v, ldv, alpha ? alpha + r : NULL,
+                o + (size_t)r * (size_t)ldo, ldo);
+}
+
+_Static_assert(SDPA_KERNELS_NFUNCS == 6, "the neon table must provide every tile function");
+
+const sdpa_kernels sdpa_kernels_neon = {
+    .isa = SDPA_ISA_NEON,
+    .name = "neon",
+    .br = 32,
+    .bc = 64,
+    .kp_align = NR,
+    .pack_k = neon_pack_k,
+    .pack_v = neon_pack_v,
+    .qk = neon_qk,
+    .softmax = neon_softmax,
+    .pv = neon_pv,
+    .vexp = neon_vexp,
+};
