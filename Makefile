@@ -3,6 +3,9 @@
 #   make                 build/libsdpa.a, build/libsdpa.so (soname libsdpa.so.$(SOVERSION))
 #   make test            build and run the test suite (ends with "N passed, N failed")
 #   make demo            build and run tools/sdpa-demo (fused vs reference, errors, times)
+#   make cpuinfo         build and run tools/sdpa-cpuinfo (CPUID/XCR0 bits, usable ISAs)
+#   make bench           build and run the benchmark (see "the benchmark" below)
+#   make test-aarch64    cross-compile for aarch64 and run the suite under qemu-aarch64
 #   make install PREFIX=/usr/local [DESTDIR=...]   header, both libraries, sdpa.pc
 #   make clean
 #
@@ -85,8 +88,8 @@ SO_FILE := libsdpa.so.$(VERSION)
 TEST_SRCS := $(wildcard tests/*.c)
 TEST_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(TEST_SRCS))
 
-.PHONY: all lib test demo install uninstall clean
-all: lib
+.PHONY: all lib tools test demo cpuinfo install uninstall clean
+all: lib tools
 
 lib: $(BUILD)/libsdpa.a $(BUILD)/libsdpa.so
 
@@ -125,6 +128,132 @@ $(BUILD)/sdpa-demo: tools/sdpa-demo.c $(BUILD)/libsdpa.a
 
 demo: $(BUILD)/sdpa-demo
 	./$(BUILD)/sdpa-demo
+
+# sdpa-cpuinfo reads internal symbols (the raw CPUID bits), so it links the static library.
+$(BUILD)/sdpa-cpuinfo: tools/sdpa-cpuinfo.c $(BUILD)/libsdpa.a
+	$(CC) $(BASE_CFLAGS) -o $@ $< $(BUILD)/libsdpa.a $(LDLIBS)
+
+cpuinfo: $(BUILD)/sdpa-cpuinfo
+	./$(BUILD)/sdpa-cpuinfo
+
+# The plain-C command-line tools (no Google Benchmark needed).
+tools: $(BUILD)/sdpa-demo $(BUILD)/sdpa-cpuinfo $(BUILD)/sdpa-run
+
+# ---- the benchmark (bench/) and the measuring tools (tools/) ---------------------------
+#   make bench               build and run the standard suite (under 3 minutes on 2 cores):
+#                            a table on stdout, Google Benchmark JSON in $(BENCH_JSON)
+#   make bench-full          every ISA on every shape, the slow reference rows, more reps
+#   make bench BLAS=openblas add the unfused OpenBLAS baseline rows (libopenblas-dev)
+#   make sdpa-run            build/sdpa-run: one attention from flags (plain C)
+#   make plot                $(BENCH_JSON) -> $(BUILD)/bench.png (python3-matplotlib)
+#   make compare BASE=a.json [NEW=b.json]   per-case ratios of two bench JSON files
+# Google Benchmark is Debian's libbenchmark-dev. Only bench/peak_<isa>.c (the FMA peak
+# loops) get their ISA's -m flags; the rest of bench/ and tools/ is built without.
+BLAS       ?=
+BENCH_JSON ?= $(BUILD)/bench.json
+BENCH_ARGS ?=
+# Debian's python3 (where python3-matplotlib installs) even if another python3 is first
+# in PATH.
+PYTHON     ?= $(firstword $(wildcard /usr/bin/python3) python3)
+
+# The C++ compiler that matches CC (and its OpenMP runtime), unless CXX is given.
+ifeq ($(origin CXX),default)
+CXX := $(if $(IS_CLANG),clang++,$(if $(filter %gcc,$(CC)),$(CC:%gcc=%g++),g++))
+endif
+BENCH_CFLAGS   := $(BASE_CFLAGS) -D_GNU_SOURCE
+BENCH_CXXFLAGS := -std=c++17 -Wall -Wextra -Wshadow $(if $(filter 1,$(WERROR)),-Werror) \
+                  $(CFLAGS) $(OMP_CFLAGS) $(SAN_FLAGS) -Iinclude
+PEAK_ISAS := scalar $(ISAS_$(ARCH))
+PEAK_DEFS := $(foreach i,$(ISAS_$(ARCH)),-DSB_PEAK_$(shell echo $(i) | tr a-z A-Z))
+BENCH_COBJS := $(BUILD)/obj/bench/shim.o $(BUILD)/obj/bench/peak.o \
+               $(foreach i,$(PEAK_ISAS),$(BUILD)/obj/bench/peak_$(i).o)
+
+# A BLAS build is its own binary, so switching BLAS= never leaves a stale one behind.
+ifeq ($(BLAS),openblas)
+BENCH_BIN   := $(BUILD)/sdpa-bench-openblas
+BENCH_MAIN  := $(BUILD)/obj/bench/bench-openblas.o
+BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
+BLAS_LIBS   := $(or $(shell pkg-config --libs openblas 2>/dev/null),-lopenblas)
+BENCH_COBJS += $(BUILD)/obj/bench/blas.o
+else ifeq ($(BLAS),)
+BENCH_BIN   := $(BUILD)/sdpa-bench
+BENCH_MAIN  := $(BUILD)/obj/bench/bench.o
+else
+$(error BLAS=$(BLAS): the benchmark knows BLAS=openblas only)
+endif
+
+$(BUILD)/obj/bench/peak_%.o: bench/peak_%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(BENCH_CFLAGS) $(ISAFLAGS_$*) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/bench/%.o: bench/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(BENCH_CFLAGS) $(PEAK_DEFS) $(BLAS_CFLAGS) -MMD -MP -c $< -o $@
+
+# A missing package says which one, instead of a compiler error about a header.
+NEED_GBENCH = @echo '\#include <benchmark/benchmark.h>' | $(CXX) -x c++ -E - >/dev/null 2>&1 \
+  || { echo "make bench needs Google Benchmark: apt-get install libbenchmark-dev"; exit 1; }
+NEED_CBLAS  = @echo '\#include <cblas.h>' | $(CC) $(BLAS_CFLAGS) -x c -E - >/dev/null 2>&1 \
+  || { echo "BLAS=openblas needs OpenBLAS: apt-get install libopenblas-dev"; exit 1; }
+
+$(BUILD)/obj/bench/bench.o: bench/bench.cc
+	$(NEED_GBENCH)
+	@mkdir -p $(dir $@)
+	$(CXX) $(BENCH_CXXFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/bench/bench-openblas.o: bench/bench.cc
+	$(NEED_GBENCH)
+	$(NEED_CBLAS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(BENCH_CXXFLAGS) -DSB_WITH_BLAS $(BLAS_CFLAGS) -MMD -MP -c $< -o $@
+
+$(BENCH_BIN): $(BENCH_MAIN) $(BENCH_COBJS) $(BUILD)/libsdpa.a
+	$(CXX) $(BENCH_CXXFLAGS) -o $@ $^ $(BLAS_LIBS) -lbenchmark $(LDLIBS)
+
+$(BUILD)/sdpa-run: tools/sdpa-run.c $(BUILD)/obj/bench/shim.o $(BUILD)/libsdpa.a
+	$(CC) $(BENCH_CFLAGS) -o $@ $^ $(LDLIBS)
+
+.PHONY: bench bench-full sdpa-run plot compare
+bench: $(BENCH_BIN) $(BUILD)/sdpa-run
+	./$(BENCH_BIN) --benchmark_out=$(BENCH_JSON) --benchmark_out_format=json $(BENCH_ARGS)
+
+bench-full: $(BENCH_BIN) $(BUILD)/sdpa-run
+	./$(BENCH_BIN) --suite=full --benchmark_out=$(BENCH_JSON) --benchmark_out_format=json \
+	  $(BENCH_ARGS)
+
+sdpa-run: $(BUILD)/sdpa-run
+
+plot:
+	@$(PYTHON) -c 'import matplotlib' 2>/dev/null || { echo "make plot needs matplotlib" \
+	  "for $(PYTHON): apt-get install python3-matplotlib (Debian/Ubuntu)"; exit 1; }
+	$(PYTHON) tools/bench-plot.py $(BENCH_JSON) $(BUILD)/bench.png
+
+compare:
+	@test -n "$(BASE)" || { echo "usage: make compare BASE=before.json [NEW=after.json]"; exit 2; }
+	$(PYTHON) tools/bench-compare.py $(BASE) $(or $(NEW),$(BENCH_JSON))
+
+# ---- aarch64 on an x86 host: cross-compile, run under qemu-user -----------------------
+# Builds the library, the suite and the tools with $(AARCH64_CC) into build-aarch64/
+# (CFLAGS, WERROR... pass through) and runs the whole suite (both ISAs: scalar and neon)
+# under qemu twice: the default CPU with 2 OpenMP threads, and a Cortex-A72 (ARMv8.0
+# only: any newer instruction dies with SIGILL) with 1. The threads suite asks for 1, 2,
+# 3 and nproc threads itself in both runs. About a minute per run under emulation; then
+# sdpa-run --check (plain C, no Google Benchmark) on both CPUs. Emulated times mean
+# nothing. Debian packages: gcc-aarch64-linux-gnu libgomp1-arm64-cross qemu-user.
+AARCH64_CC   ?= aarch64-linux-gnu-gcc
+QEMU_AARCH64 ?= qemu-aarch64 -L /usr/aarch64-linux-gnu
+AARCH64_RUN  := $(if $(wildcard tools/sdpa-run.c),build-aarch64/sdpa-run)
+
+.PHONY: test-aarch64
+test-aarch64:
+	$(MAKE) CC=$(AARCH64_CC) BUILD=build-aarch64 build-aarch64/sdpa-test \
+	  build-aarch64/sdpa-demo $(AARCH64_RUN)
+	OMP_NUM_THREADS=2 $(QEMU_AARCH64) build-aarch64/sdpa-test
+	OMP_NUM_THREADS=1 $(QEMU_AARCH64) -cpu cortex-a72 build-aarch64/sdpa-test
+ifneq ($(AARCH64_RUN),)
+	$(QEMU_AARCH64) $(AARCH64_RUN) --check
+	$(QEMU_AARCH64) -cpu cortex-a72 $(AARCH64_RUN) --check --isa neon --threads 1
+endif
 
 # sdpa.pc is written at install time: its paths are the PREFIX of that install.
 install: lib

@@ -1,0 +1,138 @@
+/*
+ * peak.c - runs the per-ISA peak loops (peak_<isa>.c) on 1..N threads and keeps the best
+ * try (see peak.h). Portable C, compiled with no -m flags: it only decides whether the
+ * CPU can run a loop and times it; the loops themselves live in files built with their
+ * ISA's flags.
+ *
+ * Threads are plain pthreads, not OpenMP, so the figure does not depend on how the
+ * benchmark was built (OPENMP=0 included) and each thread runs exactly one copy.
+ */
+#include "peak.h"
+
+#include <pthread.h>
+#include <stddef.h>
+
+#include "shim.h"
+
+/* The CPU checks. __builtin_cpu_supports (gcc >= 8, clang) reads CPUID and, for AVX and
+ * AVX-512, the OS-enabled register state from XGETBV, as src/dispatch.c does. */
+#if defined(SB_PEAK_AVX2)
+static int cpu_avx2(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+#endif
+#if defined(SB_PEAK_AVX512)
+static int cpu_avx512(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f");
+}
+#endif
+static int always(void) { return 1; }
+
+/* The Makefile defines SB_PEAK_<ISA> for each peak_<isa>.c it builds (the ISAs of the
+ * target architecture). */
+static const struct {
+    sdpa_isa isa;
+    sb_peak_loop loop;
+    int (*usable)(void);
+    const char *what;
+} loops[] = {
+    {SDPA_ISA_SCALAR, sb_peak_loop_scalar, always,
+     "portable C, 4-lane vectors, no -m flags (SSE2 mul+add on x86-64)"},
+#if defined(SB_PEAK_AVX2)
+    {SDPA_ISA_AVX2, sb_peak_loop_avx2, cpu_avx2, "AVX2 FMA, 12 chains x 8 lanes"},
+#endif
+#if defined(SB_PEAK_AVX512)
+    {SDPA_ISA_AVX512, sb_peak_loop_avx512, cpu_avx512, "AVX-512 FMA, 16 chains x 16 lanes"},
+#endif
+#if defined(SB_PEAK_NEON)
+    {SDPA_ISA_NEON, sb_peak_loop_neon, always, "NEON FMLA, 16 chains x 4 lanes"},
+#endif
+};
+enum { NLOOPS = (int)(sizeof loops / sizeof loops[0]) };
+
+static int find(sdpa_isa isa) {
+    for (int i = 0; i < NLOOPS; i++)
+        if (loops[i].isa == isa)
+            return loops[i].usable() ? i : -1;
+    return -1;
+}
+
+const char *sb_peak_what(sdpa_isa isa) {
+    const int i = find(isa);
+    return i < 0 ? NULL : loops[i].what;
+}
+
+typedef struct worker {
+    sb_peak_loop loop;
+    int64_t iters;
+    double flops, t0, t1;
+    float sink;
+} worker;
+
+static void *work(void *arg) {
+    worker *w = arg;
+    w->t0 = sb_now();
+    w->flops = w->loop(w->iters, &w->sink);
+    w->t1 = sb_now();
+    return NULL;
+}
+
+enum { MAX_THREADS = 1024 }; /* a static bound on the workers; far above any core count here */
+
+/* GFLOP/s of one try: the time runs from the first thread's start to the last one's
+ * finish, so the few microseconds between thread starts only make a try look slower.
+ * Returns 0 if a thread cannot be created. */
+static double try_once(sb_peak_loop loop, int threads, int64_t iters) {
+    static worker w[MAX_THREADS];
+    pthread_t tid[MAX_THREADS];
+    int made = 1;
+    for (int t = 0; t < threads; t++)
+        w[t] = (worker){.loop = loop, .iters = iters};
+    while (made < threads && pthread_create(&tid[made], NULL, work, &w[made]) == 0)
+        made++;
+    work(&w[0]);
+    for (int t = 1; t < made; t++)
+        pthread_join(tid[t], NULL);
+    if (made < threads)
+        return 0.0;
+    double t0 = w[0].t0, t1 = w[0].t1, flops = 0.0;
+    for (int t = 0; t < threads; t++) {
+        t0 = w[t].t0 < t0 ? w[t].t0 : t0;
+        t1 = w[t].t1 > t1 ? w[t].t1 : t1;
+        flops += w[t].flops;
+    }
+    return t1 > t0 ? flops / (t1 - t0) * 1e-9 : 0.0;
+}
+
+/* Each try lasts about TRY_SECONDS; the best of TRIES is kept. Short tries, many of
+ * them: on a shared machine a short try is likelier to catch the cores idle. 10 x 30 ms
+ * per ISA and thread count keeps the whole measurement around 2 s on 2 cores. */
+#define TRY_SECONDS 0.03
+#define TRIES 10
+
+double sb_peak_gflops(sdpa_isa isa, int threads) {
+    const int i = find(isa);
+    if (i < 0 || threads < 1 || threads > MAX_THREADS)
+        return 0.0;
+    /* Calibrate on one thread: iterations for TRY_SECONDS at the measured rate. */
+    float sink;
+    int64_t iters = 1 << 16;
+    for (;;) {
+        const double t0 = sb_now();
+        loops[i].loop(iters, &sink);
+        const double dt = sb_now() - t0;
+        if (dt > TRY_SECONDS / 10) {
+            iters = (int64_t)((double)iters * TRY_SECONDS / dt) + 1;
+            break;
+        }
+        iters *= 4;
+    }
+    double best = 0.0;
+    for (int t = 0; t < TRIES; t++) {
+        const double g = try_once(loops[i].loop, threads, iters);
+        best = g > best ? g : best;
+    }
+    return best;
+}
