@@ -22,7 +22,7 @@ const char *sdpa_strerror(sdpa_status status) {
     case SDPA_ERR_OVERLAP:
         return "an output shares memory with an input or with the other output";
     case SDPA_ERR_BAD_DTYPE:
-        return "unknown or unsupported dtype";
+        return "unknown dtype, or one the operand does not accept";
     case SDPA_ERR_BAD_ARGUMENT:
         return "a descriptor field is out of range";
     case SDPA_ERR_OUT_OF_MEMORY:
@@ -31,6 +31,8 @@ const char *sdpa_strerror(sdpa_status status) {
         return "the requested ISA is not built in or not usable on this CPU";
     case SDPA_ERR_MISALIGNED:
         return "a data pointer is not aligned to its element size";
+    case SDPA_ERR_BAD_LENGTHS:
+        return "sequence lengths (q_lens, kv_lens, cu_seqlens) out of range or inconsistent";
     }
     return "unknown status";
 }

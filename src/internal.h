@@ -15,7 +15,7 @@
 #include "sdpa.h"
 
 /* A descriptor and its views after validation: defaults resolved, every extent known
- * to fit in int64 and in the address space, fp32 pointers typed. */
+ * to fit in int64 and in the address space. */
 typedef struct sdpa_problem {
     int64_t B, Hq, Hkv, Tq, Tkv, Dk, Dv;
     int64_t group;  /* Hq / Hkv */
@@ -23,10 +23,26 @@ typedef struct sdpa_problem {
     int causal;     /* sdpa_causal */
     int num_threads;
     int isa;
-    const float *q, *k, *v;
-    float *o, *lse;
-    /* element strides, [batch, head, row] */
+    const void *q, *k, *v;
+    void *o;
+    float *lse;
+    sdpa_dtype qt, kt, vt, ot;  /* storage types */
+    /* element strides, [batch, head, row]; stride_b is 0 under packed varlen (the
+     * sequence's row offset takes its place) */
     int64_t qs[3], ks[3], vs[3], os[3];
+    int64_t lse_sb, lse_sh;  /* lse strides: batch (0 under packed varlen), head */
+
+    /* features (see sdpa_desc) */
+    sdpa_mask mask;  /* kind SDPA_MASK_NONE: no mask */
+    int window;
+    int64_t window_left, window_right;
+    float softcap;   /* 0 = off */
+    const float *alibi, *sinks;
+    const int64_t *q_lens, *kv_lens, *cu_q, *cu_kv;
+    float dropout_p;             /* 0 = off */
+    uint32_t dropout_threshold;  /* drop when the word is below: round(p 2^32) */
+    float dropout_scale;         /* 1 / (1 - p) */
+    uint64_t dropout_seed;
 } sdpa_problem;
 
 /* Checks every field and view; on success fills *p. Writes nothing else. */
@@ -34,14 +50,57 @@ sdpa_status sdpa_validate(const sdpa_desc *desc, const sdpa_tensor *q, const sdp
                           const sdpa_tensor *v, const sdpa_tensor *o, const float *lse,
                           sdpa_problem *p);
 
-/* Visible key range of query row i under the problem's structural masks: keys j with
- * 0 <= j < sdpa_row_end(p, i) are visible. Bottom-right causal: i + (Tkv - Tq) + 1,
- * clamped to [0, Tkv]. */
-static inline int64_t sdpa_row_end(const sdpa_problem *p, int64_t i) {
-    if (p->causal == SDPA_CAUSAL_NONE)
-        return p->Tkv;
-    int64_t e = i + (p->Tkv - p->Tq) + 1;
-    return e < 0 ? 0 : (e > p->Tkv ? p->Tkv : e);
+/* The same for sdpa_attention_weights: q, k, the lse (an input) and the weights output;
+ * p->v and p->o are NULL. */
+sdpa_status sdpa_validate_weights(const sdpa_desc *desc, const sdpa_tensor *q,
+                                  const sdpa_tensor *k, const float *lse, const float *weights,
+                                  sdpa_problem *p);
+
+/* One batch entry's geometry: its own row and key counts, where its rows start in the
+ * views (non-zero only under packed varlen), and the offset of its diagonal,
+ * d(i) = i + off (sdpa.h, sdpa_causal). */
+typedef struct sdpa_seq {
+    int64_t tq, tkv;
+    int64_t q0, kv0;
+    int64_t off;
+} sdpa_seq;
+
+static inline sdpa_seq sdpa_sequence(const sdpa_problem *p, int64_t b) {
+    sdpa_seq s = {p->Tq, p->Tkv, 0, 0, 0};
+    if (p->cu_q) {
+        s.q0 = p->cu_q[b];
+        s.kv0 = p->cu_kv[b];
+        s.tq = p->cu_q[b + 1] - s.q0;
+        s.tkv = p->cu_kv[b + 1] - s.kv0;
+    } else {
+        if (p->q_lens)
+            s.tq = p->q_lens[b];
+        if (p->kv_lens)
+            s.tkv = p->kv_lens[b];
+    }
+    s.off = p->causal == SDPA_CAUSAL_TOP_LEFT ? 0 : s.tkv - s.tq;
+    return s;
+}
+
+/* The visible-key rule shared by the reference and the driver: row i (< s->tq) of a
+ * sequence may see keys j in [*lo, *hi) under its length, causal masking and the sliding
+ * window (an explicit mask may hide more). An empty range has *lo >= *hi. */
+static inline void sdpa_row_range(const sdpa_problem *p, const sdpa_seq *s, int64_t i,
+                                  int64_t *lo, int64_t *hi) {
+    const int64_t d = i + s->off;
+    int64_t a = 0, e = s->tkv;
+    if (p->causal != SDPA_CAUSAL_NONE && d + 1 < e)
+        e = d + 1;
+    if (p->window) {
+        /* d - window_left and d + window_right + 1 cannot overflow: |d| < 2^41 and the
+         * extents are at most SDPA_MAX_DIM = 2^40 (validated) */
+        if (d - p->window_left > a)
+            a = d - p->window_left;
+        if (d + p->window_right + 1 < e)
+            e = d + p->window_right + 1;
+    }
+    *lo = a < 0 ? 0 : a;
+    *hi = e < 0 ? 0 : e;
 }
 
 /* The table for a call: the forced ISA if isa != 0, else the process-wide one. Returns
@@ -71,5 +130,13 @@ void sdpa_cpu_x86(sdpa_x86_cpu *f);
 /* The fused driver on a validated problem with an explicit table. */
 sdpa_status sdpa_forward_with(const sdpa_kernels *kt, const sdpa_problem *p,
                               sdpa_stats *stats);
+
+/* Attention weights (sdpa_attention_weights) on a problem from sdpa_validate_weights. */
+sdpa_status sdpa_weights_with(const sdpa_kernels *kt, const sdpa_problem *p, float *weights);
+
+/* y = x W^T + bias (sdpa_linear) with an explicit table, on validated arguments. */
+sdpa_status sdpa_linear_with(const sdpa_kernels *kt, int64_t M, int64_t N, int64_t K,
+                             const float *x, int64_t ldx, const float *w, int64_t ldw,
+                             const float *bias, float *y, int64_t ldy, int num_threads);
 
 #endif /* SDPA_INTERNAL_H */

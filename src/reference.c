@@ -4,14 +4,57 @@
  *
  * This is the oracle every test compares the fused path against and the baseline of
  * the benchmark, so it is written to be read, not to be fast: no tiling, no SIMD, no
- * threads, one row of Tkv scores materialised at a time. It shares only the input
- * validation and the visible-key rule (sdpa_row_end) with the fused path, never a
- * kernel, so a bug in the kernels cannot hide in both.
+ * threads, one row of scores materialised at a time, every descriptor feature applied
+ * in the order sdpa.h gives. It shares only the input validation, the per-sequence
+ * geometry and the visible-key rule (sdpa_sequence, sdpa_row_range) with the fused
+ * path, never a kernel, so a bug in the kernels cannot hide in both. 16-bit operands are
+ * widened exactly (kernels/convert.h) and a 16-bit output is rounded from fp32, as the
+ * fused path rounds it.
  */
 #include <math.h>
 #include <stdlib.h>
 
+#include "../kernels/convert.h"
 #include "internal.h"
+#include "philox.h"
+
+static size_t esize(sdpa_dtype t) { return t == SDPA_F32 ? 4 : 2; }
+
+/* Row `row` of head h of batch entry b of a view, as bytes. */
+static const char *row_ptr(const void *base, sdpa_dtype t, const int64_t st[3], int64_t b,
+                           int64_t h, int64_t row) {
+    return (const char *)base + (size_t)(b * st[0] + h * st[1] + row * st[2]) * esize(t);
+}
+
+static void store(void *row, int64_t d, sdpa_dtype t, double x) {
+    const float f = (float)x;
+    switch (t) {
+    case SDPA_F16:
+        ((uint16_t *)row)[d] = sdpa_f32_to_f16(f);
+        break;
+    case SDPA_BF16:
+        ((uint16_t *)row)[d] = sdpa_f32_to_bf16(f);
+        break;
+    case SDPA_F32:
+        ((float *)row)[d] = f;
+        break;
+    }
+}
+
+/* The mask's element (b, h, i, j): 1 and the additive term in *add when key j is kept,
+ * 0 when the mask hides it (a boolean 0 or an additive -inf). */
+static int mask_keeps(const sdpa_problem *p, int64_t b, int64_t h, int64_t i, int64_t j,
+                      double *add) {
+    const sdpa_mask *m = &p->mask;
+    *add = 0.0;
+    if (m->kind == SDPA_MASK_NONE)
+        return 1;
+    const int64_t e = b * m->stride_b + h * m->stride_h + i * m->stride_q + j;
+    if (m->kind == SDPA_MASK_BOOL)
+        return ((const uint8_t *)m->data)[e] != 0;
+    *add = (double)sdpa_load_as_f32(m->data, e, m->dtype);
+    return *add != -INFINITY;
+}
 
 sdpa_status sdpa_reference(const sdpa_desc *desc, const sdpa_tensor *q, const sdpa_tensor *k,
                            const sdpa_tensor *v, const sdpa_tensor *o, float *lse) {
@@ -21,47 +64,85 @@ sdpa_status sdpa_reference(const sdpa_desc *desc, const sdpa_tensor *q, const sd
         return st;
 
     double *score = malloc((size_t)p.Tkv * sizeof(double));
+    char *keep = malloc((size_t)p.Tkv);
     double *acc = malloc((size_t)p.Dv * sizeof(double));
-    if (!score || !acc) {
+    if (!score || !keep || !acc) {
         free(score);
+        free(keep);
         free(acc);
         return SDPA_ERR_OUT_OF_MEMORY;
     }
 
-    for (int64_t b = 0; b < p.B; b++)
-        for (int64_t h = 0; h < p.Hq; h++) {
-            const int64_t hk = h / p.group; /* the K/V head this query head reads */
-            const float *K = p.k + b * p.ks[0] + hk * p.ks[1];
-            const float *V = p.v + b * p.vs[0] + hk * p.vs[1];
-            for (int64_t i = 0; i < p.Tq; i++) {
-                const float *qi = p.q + b * p.qs[0] + h * p.qs[1] + i * p.qs[2];
-                const int64_t visible = sdpa_row_end(&p, i); /* keys 0 .. visible-1 */
+    /* Under packed varlen the views hold one "batch entry" of all rows; rows no sequence
+     * owns (beyond cu_seqlens_q[B]) are written like padding rows. */
+    const int64_t view_batches = p.cu_q ? 1 : p.B;
+    for (int64_t vb = 0; vb < view_batches; vb++)
+        for (int64_t h = 0; h < p.Hq; h++)
+            for (int64_t r = 0; r < p.Tq; r++) {
+                /* which sequence owns view row r, and its row within that sequence */
+                int64_t b = vb, i = r;
+                sdpa_seq s = sdpa_sequence(&p, b);
+                if (p.cu_q) {
+                    for (b = 0; b < p.B && r >= p.cu_q[b + 1]; b++) {
+                    }
+                    if (b < p.B) {
+                        s = sdpa_sequence(&p, b);
+                        i = r - s.q0;
+                    }
+                }
+                char *orow = (char *)row_ptr(p.o, p.ot, p.os, vb, h, r);
+                float *lsei = p.lse ? p.lse + vb * p.lse_sb + h * p.lse_sh + r : NULL;
+                if (b >= p.B || i >= s.tq) { /* a padding row: nothing to compute */
+                    for (int64_t d = 0; d < p.Dv; d++)
+                        store(orow, d, p.ot, 0.0);
+                    if (lsei)
+                        *lsei = -INFINITY;
+                    continue;
+                }
 
-                /* scores, and their max over the visible keys (NaN never wins) */
+                const int64_t hk = h / p.group; /* the K/V head this query head reads */
+                const char *qi = row_ptr(p.q, p.qt, p.qs, b, h, s.q0 + i);
+                int64_t lo, hi;
+                sdpa_row_range(&p, &s, i, &lo, &hi);
+
+                /* scores of the visible keys, and their max (NaN never wins) */
                 double mx = -INFINITY;
-                for (int64_t j = 0; j < visible; j++) {
-                    const float *kj = K + j * p.ks[2];
+                for (int64_t j = lo; j < hi; j++) {
+                    double add;
+                    keep[j] = (char)mask_keeps(&p, b, h, i, j, &add);
+                    if (!keep[j])
+                        continue;
+                    const char *kj = row_ptr(p.k, p.kt, p.ks, b, hk, s.kv0 + j);
                     double dot = 0.0;
                     for (int64_t d = 0; d < p.Dk; d++)
-                        dot += (double)qi[d] * (double)kj[d];
-                    score[j] = (double)p.scale * dot;
-                    if (score[j] > mx)
-                        mx = score[j];
+                        dot += (double)sdpa_load_as_f32(qi, d, p.qt) *
+                               (double)sdpa_load_as_f32(kj, d, p.kt);
+                    double x = (double)p.scale * dot;
+                    if (p.softcap > 0.0f)
+                        x = (double)p.softcap * tanh(x / (double)p.softcap);
+                    if (p.alibi)
+                        x -= (double)p.alibi[h] * fabs((double)(i + s.off - j));
+                    x += add;
+                    score[j] = x;
+                    if (x > mx)
+                        mx = x;
                 }
+                const double sink = p.sinks ? (double)p.sinks[h] : -INFINITY;
+                if (sink > mx)
+                    mx = sink;
 
-                /* softmax numerators and denominator; masked keys are never touched */
+                /* softmax numerators and denominator; hidden keys are never touched */
                 const double mu = (mx == -INFINITY) ? 0.0 : mx;
-                double sum = 0.0;
-                for (int64_t j = 0; j < visible; j++) {
-                    score[j] = exp(score[j] - mu);
-                    sum += score[j];
-                }
+                double sum = p.sinks ? exp(sink - mu) : 0.0;
+                for (int64_t j = lo; j < hi; j++)
+                    if (keep[j]) {
+                        score[j] = exp(score[j] - mu);
+                        sum += score[j];
+                    }
 
-                float *oi = p.o + b * p.os[0] + h * p.os[1] + i * p.os[2];
-                float *lsei = p.lse ? p.lse + (b * p.Hq + h) * p.Tq + i : NULL;
                 if (sum == 0.0) { /* nothing visible, or every visible score -inf */
                     for (int64_t d = 0; d < p.Dv; d++)
-                        oi[d] = 0.0f;
+                        store(orow, d, p.ot, 0.0);
                     if (lsei)
                         *lsei = -INFINITY;
                     continue;
@@ -70,19 +151,28 @@ sdpa_status sdpa_reference(const sdpa_desc *desc, const sdpa_tensor *q, const sd
                 /* weighted sum of the visible values */
                 for (int64_t d = 0; d < p.Dv; d++)
                     acc[d] = 0.0;
-                for (int64_t j = 0; j < visible; j++) {
-                    const float *vj = V + j * p.vs[2];
+                for (int64_t j = lo; j < hi; j++) {
+                    if (!keep[j])
+                        continue;
+                    double wj = score[j];
+                    if (p.dropout_p != 0.0f) { /* a dropped weight is 0 times V, as in
+                                                  PyTorch's dropout(P) @ V */
+                        uint32_t words[4];
+                        sdpa_dropout_words(p.dropout_seed, b, h, i, j >> 2, words);
+                        wj *= words[j & 3] >= p.dropout_threshold ? (double)p.dropout_scale : 0.0;
+                    }
+                    const char *vj = row_ptr(p.v, p.vt, p.vs, b, hk, s.kv0 + j);
                     for (int64_t d = 0; d < p.Dv; d++)
-                        acc[d] += score[j] * (double)vj[d];
+                        acc[d] += wj * (double)sdpa_load_as_f32(vj, d, p.vt);
                 }
                 for (int64_t d = 0; d < p.Dv; d++)
-                    oi[d] = (float)(acc[d] / sum);
+                    store(orow, d, p.ot, acc[d] / sum);
                 if (lsei)
                     *lsei = (float)(mu + log(sum));
             }
-        }
 
     free(score);
+    free(keep);
     free(acc);
     if (desc->stats) {
         const sdpa_stats none = {.isa = SDPA_ISA_AUTO, .threads = 1};

@@ -1,42 +1,61 @@
 /*
- * sdpa.c - the fused driver: validate, plan, run the work items in parallel, and within
- * each item the FlashAttention-2 tile loop over key blocks.
+ * sdpa.c - the fused driver: plan the work, run it on OpenMP threads, merge split-KV
+ * partials, finalise the rows. Within one unit of work it runs the FlashAttention-2 tile
+ * loop over key blocks, applying the descriptor's masks and score modifiers to the few
+ * blocks that need them.
  *
- * It is portable C compiled with no -m flags: every floating-point inner loop lives in
- * the kernel table (kernels/), so this file holds only index arithmetic, masking of the
- * few blocks that need it, and per-row finalisation. It does not choose the ISA
- * (dispatch.c) and does not check inputs (validate.c).
+ * It is portable C compiled with no -m flags: the floating-point inner loops (packing,
+ * QK^T, the online softmax, P V, exp) live in the kernel table (kernels/); this file
+ * holds index arithmetic, masks and score modifiers (plain loops the compiler
+ * vectorises with the baseline ISA; tanh through the table's exp), and per-row
+ * finalisation. It does not choose the ISA (dispatch.c) and does not check inputs
+ * (validate.c).
  *
- * The algorithm, for one work item = (b, h, query block [i0, i0 + m)), m <= Br:
+ * Rows. A work item is up to Br rows of one (batch entry b, K/V head hk):
+ *   - plain: Br consecutive query rows i of one query head h;
+ *   - grouped (GQA with Tq <= GROUP_TQ_MAX, i.e. decode, speculative decoding, small
+ *     chunked prefill): the g = Hq/Hkv heads sharing hk, row r = (i = r / g, h = hk g +
+ *     r % g), so each K/V block is packed and read once for all g heads.
+ * Row r of sequence b sees keys [lo_r, hi_r) (sdpa_row_range: length, causal, window)
+ * minus those an explicit mask hides. The item's key range is the union [ulo, uhi).
  *
- *   e(i)   = end of the keys row i may see: Tkv, or under bottom-right causal
- *            clamp(i + (Tkv - Tq) + 1, 0, Tkv)          (non-decreasing in i)
- *   m_r = -inf, l_r = 0, O_r = 0                          for each row r
- *   for key block [j0, j0 + n), n <= Bc, while j0 < e(i0 + m - 1):
- *       S = scale * Q_blk K_blk^T                         pack_k, qk
- *       if j0 + n > e(i0): S[r][j] = -inf for j0 + j >= e(i0 + r)   (block crosses the
- *                                                          diagonal: the only masked ones)
- *       mx_r = max(m_r, max_j S[r][j]);  mu_r = (mx_r == -inf ? 0 : mx_r)
- *       P = exp(S - mu);  alpha_r = exp(m_r - mu_r)        softmax
- *       l_r = alpha_r l_r + sum_j P[r][j];  m_r = mx_r
- *       O_r = alpha_r O_r + sum_{j visible to r} P[r][j] V[j]        pv
- *   O_r /= l_r, lse_r = mu_r + log(l_r);  rows with l_r = 0 (nothing visible) get
- *   O_r = 0 and lse_r = -inf.
+ * The algorithm for one unit = (item, key range [ja, jb) within [ulo, uhi)):
  *
- *   Blocks with j0 >= e(i0 + m - 1) are skipped by that loop bound alone: causal
- *   skipping is index arithmetic, never a scan of a mask. In a masked block, rows that
- *   see none of its keys are left out of every step (for them the step is, in exact
- *   arithmetic, the identity: P = exp(-inf) = 0, alpha = 1 or 0 with l_r = O_r = 0),
- *   rows that see all of it take the unmasked path, and each row in between runs P V
- *   only over the keys it sees, so a masked key's V row (even NaN or inf) never meets
- *   its zero weight.
+ *   m_r = -inf, l_r = 0, O_r = 0
+ *   for key block [j0, j1) = [ja, jb) cut at multiples of Bc (at most Bc keys):
+ *       skip it if an explicit mask hides all of it from every row
+ *       S = scale Q K^T                                       pack_k, qk
+ *       S = cap tanh(S / cap)                                 softcap (if on)
+ *       S -= slope_h |d(i_r) - j|                             ALiBi (if on)
+ *       S += M[b, h, i, j]                                    additive mask (if any)
+ *       S[r][j] = -inf where row r does not see key j        only in blocks crossing
+ *                                                             a range edge or masked
+ *       mx_r = max(m_r, max_j S_rj);  mu_r = (mx_r == -inf ? 0 : mx_r)
+ *       P = exp(S - mu);  alpha_r = exp(m_r - mu_r)          softmax
+ *       l_r = alpha_r l_r + sum_j P_rj;  m_r = mx_r
+ *       P_rj = P_rj keep(b, h, i, j) / (1 - p)                dropout (if on; philox.h)
+ *       O_r = alpha_r O_r + sum_j P_rj V_j                   pv
  *
- * Work items are independent and each is computed by one thread with a fixed sequence of
- * operations, so the result does not depend on the number of threads or the schedule.
- * Items are numbered head by head ((b, h) major), so consecutive items, on one thread or
- * on several, read the same K and V and find them in cache; within a head, causal items
- * are issued largest first (last query block first) with dynamic scheduling, so the
- * threads finish together on the last head's small items.
+ * A hidden key's P is exactly 0, but 0 * V is NaN when V is inf or NaN: in a block with
+ * hidden keys the driver checks the block's V rows are finite and, if one is not, runs
+ * P V per row over only the keys that row sees. Masking stays exact whatever V holds.
+ *
+ * Finalisation of row r from its units' partials (m_c, l_c, O_c), c in a fixed order,
+ * with the sink logit s_h when sinks are on (else s_h = -inf):
+ *
+ *   M = max(max_c m_c, s_h)
+ *   l = sum_c exp(m_c - M) l_c + exp(s_h - M);  O = sum_c exp(m_c - M) O_c
+ *   o_r = O / l,  lse_r = M + log(l);   l == 0 (nothing visible): o_r = 0, lse_r = -inf
+ *
+ * Split-KV (flash-decoding). When the items are too few to feed many cores (decode:
+ * Tq = 1 against a long cache), each item's keys are cut into chunks of a fixed number
+ * of keys, the chunks run as separate units in parallel, and finalisation merges them.
+ * The chunk size depends on the shape only, never on the thread count, so results are
+ * the same bits for any number of threads.
+ *
+ * Scheduling: units are issued largest first (causal: the last query blocks, which see
+ * the most keys) to a dynamic OpenMP schedule, so the threads finish together. Each unit
+ * and each merge runs start to finish on one thread in a fixed order.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -46,107 +65,213 @@
 #include <omp.h>
 #endif
 
+#include "../kernels/convert.h"
 #include "internal.h"
+#include "philox.h"
 
-/* Below this many flops (4 * visible scores * (Dk + Dv) / 2, roughly) a call runs on the
- * calling thread without entering a parallel region: waking an OpenMP team costs
- * microseconds, which is the whole runtime of a seed-sized attention. */
+/* Below this many flops (2 (Dk + Dv) per visible score) a call runs on the calling
+ * thread without entering a parallel region: waking an OpenMP team costs microseconds,
+ * the whole runtime of a seed-sized attention. See docs/PERFORMANCE.md for the
+ * measured crossover. */
 #define SERIAL_FLOPS_MAX (1 << 22)
 
-/* Rows per P V call in the part of a block that crosses the diagonal: rows are grouped so
- * that the keys all rows of a group see run through pv together, and only the few extra
- * keys each row sees beyond the group's common end run row by row. 8 keeps the per-row
- * remainder (at most 7 keys on the causal diagonal) small against a block of 64; 6 and
- * 12 measured the same on prefill-causal. */
-#define MASKED_ROW_GROUP 8
+/* Grouped GQA rows when Tq is at most this (decode, speculative decoding, chunked
+ * prefill with small chunks): beyond it a plain item already has enough rows to reuse
+ * each packed K block. */
+#define GROUP_TQ_MAX 16
+
+/* Split-KV: considered when a call has fewer items than this (enough to keep 64 threads
+ * busy without splitting), in chunks of at least this many keys (a multiple of every
+ * table's Bc, so chunks cut no block), with at most SPLIT_PARTIAL_FLOATS floats of
+ * partial results per call (the split is then coarser). */
+#define SPLIT_ITEMS_MAX 64
+#define SPLIT_CHUNK_MIN 512
+#define SPLIT_PARTIAL_FLOATS ((int64_t)1 << 23)
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static size_t round_up(size_t a, size_t b) { return (a + b - 1) / b * b; }
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+static size_t esize(sdpa_dtype t) { return t == SDPA_F32 ? 4 : 2; }
 
-/* Per-thread scratch, carved from one allocation. Every array starts on a 64-byte line
- * and every leading dimension is a multiple of 16 floats (ukernel.h). */
-typedef struct scratch {
-    float *q;      /* Br x ldq: the query block, gathered contiguous */
-    float *kp;     /* packed key block */
-    float *s;      /* Br x lds: scores, then probabilities */
-    float *o;      /* Br x ldo: the unnormalised output accumulator */
-    float *m, *l, *alpha;
-    int64_t *end;  /* Br: visible-key end of each row within the current block */
-} scratch;
+/* ---- the plan ------------------------------------------------------------------ */
 
 typedef struct plan {
     const sdpa_kernels *kt;
     const sdpa_problem *p;
     int br, bc;
-    int ldq, lds, ldo;
-    int64_t nqb;  /* query blocks per (b, h) */
-    int64_t nkb;  /* key blocks per (b, h) */
+    int grouped;          /* rows are (query row, head of the group) pairs */
+    int64_t rows_per_bh;  /* rows of one (b, hk) when grouped, of one (b, h) when not */
+    int64_t items_per_bh; /* ceil(rows_per_bh / Br) */
+    int64_t nbh;          /* B * Hkv (grouped) or B * Hq */
     int64_t items;
-    size_t floats_per_thread;
+    int mrows;            /* most rows an item has: min(Br, rows_per_bh) */
+    int64_t chunk;        /* split-KV chunk in keys; 0 = no split */
+    int64_t nchunks;      /* chunks per item when split, else 1 */
+    int64_t units;        /* items * nchunks */
+    int ldq, lds, ldo, ldvp;
+    int explicit_mask;    /* an explicit mask or a modifier makes every block need work
+                             beyond qk/softmax/pv */
+    size_t scratch_bytes; /* per thread */
 } plan;
 
-typedef struct counters {
-    int64_t computed, masked;
-} counters;
+/* One item's rows: the (b, hk) it belongs to, and per row its head, its row within the
+ * sequence and whether it is a real row (rows at and beyond Tq_b are padding). */
+typedef struct rows {
+    int64_t b, hk;
+    sdpa_seq seq;
+    int m;       /* rows of the item (real or padding) */
+    int mvalid;  /* real rows: a prefix, since the row index i never decreases with r */
+    int64_t ulo, uhi; /* union of the real rows' key ranges; ulo >= uhi when empty */
+    int64_t ilo, ihi; /* intersection (the keys every real row sees structurally) */
+} rows;
 
-static void plan_make(plan *pl, const sdpa_kernels *kt, const sdpa_problem *p) {
-    pl->kt = kt;
-    pl->p = p;
-    pl->br = kt->br;
-    pl->bc = kt->bc;
-    pl->ldq = (int)round_up((size_t)p->Dk, 16);
-    pl->lds = (int)round_up(round_up((size_t)kt->bc, (size_t)kt->kp_align), 16);
-    pl->ldo = (int)round_up((size_t)p->Dv, 16);
-    pl->nqb = ceil_div(p->Tq, pl->br);
-    pl->nkb = ceil_div(p->Tkv, pl->bc);
-    pl->items = p->B * p->Hq * pl->nqb;
-    const size_t br = (size_t)pl->br;
-    const size_t kp = round_up(round_up((size_t)kt->bc, (size_t)kt->kp_align) * (size_t)p->Dk, 16);
-    pl->floats_per_thread = br * (size_t)pl->ldq + kp + br * (size_t)pl->lds +
-                            br * (size_t)pl->ldo + 3 * round_up(br, 16) +
-                            2 * round_up(br, 16) /* end[]: int64 = 2 floats */;
+/* Per-thread scratch, carved from one allocation: every array on a 64-byte line, every
+ * leading dimension a multiple of 16 floats (ukernel.h). */
+typedef struct scratch {
+    float *q, *kp, *s, *o, *vp;
+    float *m, *l, *alpha, *tmp;
+    int64_t *h, *i, *lo, *hi;
+    unsigned char *hidden; /* Br x Bc: key hidden from the row, in a masked block */
+} scratch;
+
+static size_t scratch_layout(const plan *pl, char *base, scratch *w) {
+    const sdpa_problem *p = pl->p;
+    const size_t br = (size_t)pl->br, bc = (size_t)pl->bc;
+    const size_t kp = round_up((size_t)pl->bc, (size_t)pl->kt->kp_align) * (size_t)p->Dk;
+    size_t off = 0;
+#define CARVE(field, type, count)                                            \
+    do {                                                                     \
+        if (w)                                                               \
+            w->field = (type *)(void *)(base + off);                         \
+        off += round_up((size_t)(count) * sizeof(type), 64);                 \
+    } while (0)
+    CARVE(q, float, br * (size_t)pl->ldq);
+    CARVE(kp, float, kp);
+    CARVE(s, float, br * (size_t)pl->lds);
+    CARVE(o, float, br * (size_t)pl->ldo);
+    CARVE(vp, float, p->vt == SDPA_F32 ? 0 : bc * (size_t)pl->ldvp);
+    CARVE(m, float, br);
+    CARVE(l, float, br);
+    CARVE(alpha, float, br);
+    CARVE(tmp, float, (size_t)pl->lds);
+    CARVE(h, int64_t, br);
+    CARVE(i, int64_t, br);
+    CARVE(lo, int64_t, br);
+    CARVE(hi, int64_t, br);
+    CARVE(hidden, unsigned char, br * bc);
+#undef CARVE
+    return off;
 }
 
-static scratch scratch_carve(const plan *pl, float *base) {
-    const size_t br = (size_t)pl->br, br16 = round_up(br, 16);
-    const size_t kp = round_up(round_up((size_t)pl->bc, (size_t)pl->kt->kp_align) *
-                                   (size_t)pl->p->Dk, 16);
-    scratch w;
-    w.q = base;
-    w.kp = w.q + br * (size_t)pl->ldq;
-    w.s = w.kp + kp;
-    w.o = w.s + br * (size_t)pl->lds;
-    w.m = w.o + br * (size_t)pl->ldo;
-    w.l = w.m + br16;
-    w.alpha = w.l + br16;
-    w.end = (int64_t *)(void *)(w.alpha + br16);
-    return w;
+/* The rows of item t, written into w->h / w->i / w->lo / w->hi. */
+static void item_rows(const plan *pl, const scratch *w, int64_t t, rows *it) {
+    const sdpa_problem *p = pl->p;
+    /* Items are numbered (b, h) major, so consecutive items, on one thread or on
+     * several, read the same K and V and find them in cache (row-block major order cycled
+     * through every head's K/V between reuses and ran 40% slower at prefill-causal, whose
+     * 32 heads of K and V overflow the L3); within a head, largest first: under causal
+     * masking the last row blocks see the most keys, and the dynamic schedule then ends
+     * on small items. */
+    const int64_t bh = t / pl->items_per_bh, qi = t % pl->items_per_bh;
+    const int64_t qb = p->causal ? pl->items_per_bh - 1 - qi : qi;
+    const int64_t r0 = qb * pl->br;
+    it->m = (int)min64(pl->br, pl->rows_per_bh - r0);
+    int64_t hbase;
+    if (pl->grouped) {
+        it->b = bh / p->Hkv;
+        it->hk = bh % p->Hkv;
+        hbase = it->hk * p->group;
+    } else {
+        it->b = bh / p->Hq;
+        hbase = bh % p->Hq;
+        it->hk = hbase / p->group;
+    }
+    it->seq = sdpa_sequence(p, it->b);
+    it->mvalid = 0;
+    it->ulo = INT64_MAX;
+    it->uhi = INT64_MIN;
+    it->ilo = INT64_MIN;
+    it->ihi = INT64_MAX;
+    for (int r = 0; r < it->m; r++) {
+        const int64_t row = r0 + r;
+        w->h[r] = pl->grouped ? hbase + row % p->group : hbase;
+        w->i[r] = pl->grouped ? row / p->group : row;
+        if (w->i[r] >= it->seq.tq)
+            continue;
+        it->mvalid = r + 1;
+        sdpa_row_range(p, &it->seq, w->i[r], &w->lo[r], &w->hi[r]);
+        if (w->lo[r] >= w->hi[r]) { /* sees nothing: widens no range, empties the
+                                         intersection so every block masks it */
+            w->lo[r] = w->hi[r] = 0;
+            it->ilo = INT64_MAX;
+            continue;
+        }
+        it->ulo = min64(it->ulo, w->lo[r]);
+        it->uhi = max64(it->uhi, w->hi[r]);
+        it->ilo = max64(it->ilo, w->lo[r]);
+        it->ihi = min64(it->ihi, w->hi[r]);
+    }
+    if (it->ulo >= it->uhi)
+        it->ulo = it->uhi = 0;
 }
 
-/* P V of rows [r0, r1), each over the keys it sees (end[r], at least 1, non-decreasing
- * in r), for the part of a block that crosses the diagonal. Rows go in groups: the keys
- * every row of a group sees run through one multi-row pv call, which also applies the
- * rescale, and only the few keys each row sees beyond them run row by row. */
-static void pv_masked(const plan *pl, const scratch *w, int r0, int r1, const float *v,
-                      int64_t ldv) {
-    const sdpa_kernels *kt = pl->kt;
-    const int Dv = (int)pl->p->Dv;
-    for (int g0 = r0; g0 < r1; g0 += MASKED_ROW_GROUP) {
-        const int g1 = g0 + MASKED_ROW_GROUP < r1 ? g0 + MASKED_ROW_GROUP : r1;
-        const int64_t common = w->end[g0];
-        kt->pv(g1 - g0, (int)common, Dv, w->s + (size_t)g0 * (size_t)pl->lds, pl->lds, v, ldv,
-               w->alpha + g0, w->o + (size_t)g0 * (size_t)pl->ldo, pl->ldo);
-        for (int r = g0 + 1; r < g1; r++)
-            if (w->end[r] > common)
-                kt->pv(1, (int)(w->end[r] - common), Dv,
-                       w->s + (size_t)r * (size_t)pl->lds + common, pl->lds,
-                       v + common * ldv, ldv, NULL, w->o + (size_t)r * (size_t)pl->ldo,
-                       pl->ldo);
+/* ---- masks and score modifiers ----------------------------------------------- */
+
+/* Row r's mask entries for keys [j0, j0 + n), as a pointer and element type. */
+static const char *mask_row(const sdpa_problem *p, const rows *it, const scratch *w, int r,
+                            int64_t j0) {
+    const sdpa_mask *mk = &p->mask;
+    const size_t es = mk->kind == SDPA_MASK_BOOL ? 1 : esize(mk->dtype);
+    const int64_t e = it->b * mk->stride_b + w->h[r] * mk->stride_h + w->i[r] * mk->stride_q + j0;
+    return (const char *)mk->data + (size_t)e * es;
+}
+
+/* 1 if an explicit mask hides every key of [j0, j0 + n) from every real row. */
+static int block_fully_hidden(const plan *pl, const rows *it, const scratch *w, int64_t j0,
+                              int n) {
+    const sdpa_problem *p = pl->p;
+    if (p->mask.kind == SDPA_MASK_NONE)
+        return 0;
+    for (int r = 0; r < it->mvalid; r++) {
+        const int64_t a = max64(w->lo[r], j0), e = min64(w->hi[r], j0 + n);
+        if (a >= e)
+            continue;
+        const char *mr = mask_row(p, it, w, r, j0);
+        for (int64_t j = a - j0; j < e - j0; j++) {
+            if (p->mask.kind == SDPA_MASK_BOOL ? mr[j] != 0
+                                               : sdpa_load_as_f32(mr, j, p->mask.dtype) != -INFINITY)
+                return 0;
+        }
+    }
+    return 1;
+}
+
+/* s = cap tanh(s / cap) on n scores. tanh(x) = sign(x) (1 - e) / (1 + e), e = exp(-2|x|),
+ * with the exp from the kernel table (vectorised); below |x| = 2^-4 that form cancels,
+ * so a Taylor polynomial takes over (its first omitted term, 62/2835 x^9, is below
+ * 2^-41 relative there). */
+static void softcap_row(const sdpa_kernels *kt, float *s, int n, float cap, float *tmp) {
+    const float inv = 1.0f / cap;
+    for (int j = 0; j < n; j++)
+        tmp[j] = -2.0f * fabsf(s[j] * inv);
+    kt->vexp(n, tmp, tmp);
+    for (int j = 0; j < n; j++) {
+        const float x = s[j] * inv, ax = fabsf(x);
+        float t;
+        if (ax < 0.0625f) {
+            const float x2 = x * x;
+            t = x * (1.0f + x2 * (-1.0f / 3 + x2 * (2.0f / 15 + x2 * (-17.0f / 315))));
+        } else {
+            t = (1.0f - tmp[j]) / (1.0f + tmp[j]);
+            t = x < 0 ? -t : t;
+        }
+        s[j] = isnan(x) ? x : cap * t;
     }
 }
 
-/* p[0 .. n) = -inf, four at a time for the same SLP vectorisation as scale_row: the
- * invisible scores of a diagonal block's rows (2% of causal T = 512 as a scalar loop). */
+/* p[0 .. n) = -inf, four at a time so the compiler emits baseline-ISA vector stores
+ * (basic-block SLP vectorisation, on at -O2; 2% of causal T = 512 as a scalar loop). */
 static void fill_ninf(float *p, int n) {
     int j = 0;
     for (; j + 4 <= n; j += 4) {
@@ -159,10 +284,329 @@ static void fill_ninf(float *p, int n) {
         p[j] = -INFINITY;
 }
 
-/* out[0 .. n) = acc[0 .. n) * f. Four at a time with restrict, so that the compiler
- * (basic-block SLP vectorisation, on at -O2) emits one baseline-ISA vector op per group:
- * this pass writes the caller's output, a cache miss per line, and was 3% of prefill as
- * a scalar loop. */
+/* Row r's structurally visible keys within the block [j0, j0 + n), as [*a, *e). */
+static void row_cut(const rows *it, const scratch *w, int r, int64_t j0, int n, int *a, int *e) {
+    *a = 0;
+    *e = 0;
+    if (r >= it->mvalid)
+        return;
+    *a = (int)min64(max64(w->lo[r] - j0, 0), n);
+    *e = (int)min64(max64(w->hi[r] - j0, 0), n);
+    if (*e < *a)
+        *e = *a;
+}
+
+/* What prepare_block found in a block: keys outside some row's range (so P V must skip
+ * them per row), keys an explicit mask hides inside the ranges. */
+enum { MASKED_RANGE = 1, MASKED_EXPLICIT = 2 };
+
+/* Apply the modifiers and masks to rows [ra, rb) of one block of scores, and fill
+ * w->hidden for them. Returns the MASKED_* bits of what it set to -inf (0: nothing). */
+static int prepare_block(const plan *pl, const rows *it, const scratch *w, int ra, int rb,
+                         int64_t j0, int n) {
+    const sdpa_problem *p = pl->p;
+    const int explicit_mask = p->mask.kind != SDPA_MASK_NONE;
+    int masked = 0;
+    for (int r = ra; r < rb; r++) {
+        float *sr = w->s + (size_t)r * (size_t)pl->lds;
+        unsigned char *hid = w->hidden + (size_t)r * (size_t)pl->bc;
+        int a, e;
+        row_cut(it, w, r, j0, n, &a, &e);
+        if (p->softcap > 0.0f && e > a)
+            softcap_row(pl->kt, sr + a, e - a, p->softcap, w->tmp);
+        if (p->alibi && e > a) {
+            const float slope = p->alibi[w->h[r]];
+            const int64_t dj = w->i[r] + it->seq.off - j0; /* d(i) - j = dj - jj */
+            for (int jj = a; jj < e; jj++)
+                sr[jj] -= slope * (float)llabs(dj - jj);
+        }
+        fill_ninf(sr, a);
+        fill_ninf(sr + e, n - e);
+        memset(hid, 1, (size_t)a);
+        memset(hid + a, 0, (size_t)(e - a));
+        memset(hid + e, 1, (size_t)(n - e));
+        if (a > 0 || e < n)
+            masked |= MASKED_RANGE;
+        if (explicit_mask && e > a) {
+            const char *mr = mask_row(p, it, w, r, j0);
+            if (p->mask.kind == SDPA_MASK_BOOL) {
+                for (int jj = a; jj < e; jj++)
+                    if (!mr[jj]) {
+                        sr[jj] = -INFINITY;
+                        hid[jj] = 1;
+                        masked |= MASKED_EXPLICIT;
+                    }
+            } else {
+                for (int jj = a; jj < e; jj++) {
+                    const float add = sdpa_load_as_f32(mr, jj, p->mask.dtype);
+                    if (add == -INFINITY) {
+                        sr[jj] = -INFINITY;
+                        hid[jj] = 1;
+                        masked |= MASKED_EXPLICIT;
+                    } else {
+                        sr[jj] += add;
+                    }
+                }
+            }
+        }
+    }
+    return masked;
+}
+
+/* Dropout on one block of probabilities (after the softmax has summed them): each kept
+ * weight scaled by 1 / (1 - p), each dropped one zeroed; the words come from the
+ * counter-based stream of philox.h, four keys per call. */
+static void dropout_block(const plan *pl, const rows *it, const scratch *w, int ra, int rb,
+                          int64_t j0, int n) {
+    const sdpa_problem *p = pl->p;
+    for (int r = ra; r < rb; r++) {
+        float *pr = w->s + (size_t)r * (size_t)pl->lds;
+        uint32_t words[4];
+        int64_t have = -1; /* j / 4 the words belong to */
+        for (int jj = 0; jj < n; jj++) {
+            const int64_t j = j0 + jj;
+            if (j >> 2 != have) {
+                have = j >> 2;
+                sdpa_dropout_words(p->dropout_seed, it->b, w->h[r], w->i[r], have, words);
+            }
+            pr[jj] *= words[j & 3] >= p->dropout_threshold ? p->dropout_scale : 0.0f;
+        }
+    }
+}
+
+/* 1 if every element of the block's V rows is finite (so 0 * V is 0). */
+static int v_block_finite(const float *v, int64_t ldv, int n, int dv) {
+    uint32_t acc = 0;
+    for (int j = 0; j < n; j++) {
+        const float *row = v + (int64_t)j * ldv;
+        uint32_t all = 0x7f800000u;
+        for (int d = 0; d < dv; d++) {
+            uint32_t u;
+            memcpy(&u, &row[d], sizeof u);
+            all &= (u & 0x7f800000u) == 0x7f800000u ? 0u : 0x7f800000u;
+        }
+        acc |= all ^ 0x7f800000u;
+    }
+    return acc == 0;
+}
+
+/* Rows per multi-row P V call in pv_ranges: 8 keeps the per-row remainders (at most 7
+ * keys on a causal diagonal) small against a block of 64; 6 and 12 measured the same on
+ * prefill-causal. */
+#define RANGE_ROW_GROUP 8
+
+/* P V of rows [ra, rb) of a block where each row sees one contiguous range [a_r, e_r) of
+ * its keys (causal diagonal, window edges): exact without touching a hidden key's V.
+ * Runs of rows that see the whole block take one plain pv call; the others go in groups
+ * whose common range is one multi-row pv call (it applies alpha), and only each row's
+ * extra keys beyond it run row by row. A row that sees none of the block is skipped: its
+ * step is the identity. */
+static void pv_ranges(const plan *pl, const rows *it, const scratch *w, int ra, int rb,
+                      int64_t j0, int n, const float *v, int64_t ldv) {
+    const sdpa_kernels *kt = pl->kt;
+    const int Dv = (int)pl->p->Dv;
+    int r = ra;
+    while (r < rb) {
+        int a, e;
+        row_cut(it, w, r, j0, n, &a, &e);
+        if (a == 0 && e == n) { /* a run of full rows */
+            int r1 = r + 1;
+            while (r1 < rb && (row_cut(it, w, r1, j0, n, &a, &e), a == 0 && e == n))
+                r1++;
+            kt->pv(r1 - r, n, Dv, w->s + (size_t)r * (size_t)pl->lds, pl->lds, v, ldv,
+                   w->alpha + r, w->o + (size_t)r * (size_t)pl->ldo, pl->ldo);
+            r = r1;
+            continue;
+        }
+        /* a group of up to RANGE_ROW_GROUP partial rows, and its common range [A, E) */
+        int g1 = r, A = 0, E = n, ga[RANGE_ROW_GROUP], ge[RANGE_ROW_GROUP];
+        while (g1 < rb && g1 - r < RANGE_ROW_GROUP) {
+            row_cut(it, w, g1, j0, n, &a, &e);
+            if (a == 0 && e == n)
+                break;
+            ga[g1 - r] = a;
+            ge[g1 - r] = e;
+            A = a > A ? a : A;
+            E = e < E ? e : E;
+            g1++;
+        }
+        const int common = A < E;
+        if (common)
+            kt->pv(g1 - r, E - A, Dv, w->s + (size_t)r * (size_t)pl->lds + A, pl->lds,
+                   v + (int64_t)A * ldv, ldv, w->alpha + r, w->o + (size_t)r * (size_t)pl->ldo,
+                   pl->ldo);
+        for (int q = r; q < g1; q++) {
+            const int qa = ga[q - r], qe = ge[q - r];
+            const float *prow = w->s + (size_t)q * (size_t)pl->lds;
+            float *orow = w->o + (size_t)q * (size_t)pl->ldo;
+            if (qa >= qe) /* sees none of the block: the identity step */
+                continue;
+            if (!common) { /* its whole range, after the rescale no common call did */
+                for (int d = 0; d < Dv; d++)
+                    orow[d] *= w->alpha[q];
+                kt->pv(1, qe - qa, Dv, prow + qa, pl->lds, v + (int64_t)qa * ldv, ldv, NULL,
+                       orow, pl->ldo);
+                continue;
+            }
+            if (qa < A) /* left of the common range */
+                kt->pv(1, A - qa, Dv, prow + qa, pl->lds, v + (int64_t)qa * ldv, ldv, NULL,
+                       orow, pl->ldo);
+            if (qe > E) /* right of it */
+                kt->pv(1, qe - E, Dv, prow + E, pl->lds, v + (int64_t)E * ldv, ldv, NULL, orow,
+                       pl->ldo);
+        }
+        r = g1;
+    }
+}
+
+/* P V over only the keys each row sees: the exact path for a masked block whose V holds
+ * inf or NaN. */
+static void pv_visible_only(const plan *pl, const scratch *w, int ra, int rb, int n,
+                            const float *v, int64_t ldv) {
+    const int Dv = (int)pl->p->Dv;
+    for (int r = ra; r < rb; r++) {
+        float *orow = w->o + (size_t)r * (size_t)pl->ldo;
+        const float *prow = w->s + (size_t)r * (size_t)pl->lds;
+        const unsigned char *hid = w->hidden + (size_t)r * (size_t)pl->bc;
+        for (int d = 0; d < Dv; d++)
+            orow[d] *= w->alpha[r];
+        for (int j = 0; j < n;) {
+            if (hid[j]) {
+                j++;
+                continue;
+            }
+            int e = j;
+            while (e < n && !hid[e])
+                e++;
+            pl->kt->pv(1, e - j, Dv, prow + j, pl->lds, v + (int64_t)j * ldv, ldv, NULL, orow,
+                       pl->ldo);
+            j = e;
+        }
+    }
+}
+
+/* ---- one unit ------------------------------------------------------------------- */
+
+typedef struct counters {
+    int64_t computed, masked, total;
+} counters;
+
+/* Gather the item's Q rows into fp32 scratch (real rows only). */
+static void gather_q(const plan *pl, const rows *it, const scratch *w) {
+    const sdpa_problem *p = pl->p;
+    const size_t es = esize(p->qt);
+    for (int r = 0; r < it->mvalid; r++) {
+        const char *src = (const char *)p->q +
+                          (size_t)(it->b * p->qs[0] + w->h[r] * p->qs[1] +
+                                   (it->seq.q0 + w->i[r]) * p->qs[2]) * es;
+        float *dst = w->q + (size_t)r * (size_t)pl->ldq;
+        if (p->qt == SDPA_F32)
+            memcpy(dst, src, (size_t)p->Dk * sizeof(float));
+        else
+            for (int64_t d = 0; d < p->Dk; d++)
+                dst[d] = sdpa_load_as_f32(src, d, p->qt);
+    }
+}
+
+/* Run keys [ja, jb) of item it; leaves m, l, O of its real rows in w. */
+static void run_keys(const plan *pl, const rows *it, const scratch *w, int64_t ja, int64_t jb,
+                     counters *c) {
+    const sdpa_problem *p = pl->p;
+    const sdpa_kernels *kt = pl->kt;
+    const int m = it->mvalid, Dk = (int)p->Dk, Dv = (int)p->Dv;
+    for (int r = 0; r < m; r++) {
+        w->m[r] = -INFINITY;
+        w->l[r] = 0.0f;
+    }
+    memset(w->o, 0, (size_t)m * (size_t)pl->ldo * sizeof(float));
+    if (m == 0 || ja >= jb)
+        return;
+    const size_t kes = esize(p->kt), ves = esize(p->vt);
+    const char *kbase = (const char *)p->k +
+                        (size_t)(it->b * p->ks[0] + it->hk * p->ks[1] + it->seq.kv0 * p->ks[2]) * kes;
+    const char *vbase = (const char *)p->v +
+                        (size_t)(it->b * p->vs[0] + it->hk * p->vs[1] + it->seq.kv0 * p->vs[2]) * ves;
+    for (int64_t j0 = ja; j0 < jb;) {
+        /* blocks end on multiples of Bc (so split chunks, multiples of Bc, cut none) */
+        const int64_t j1 = min64((j0 / pl->bc + 1) * pl->bc, jb);
+        const int n = (int)(j1 - j0);
+        if (block_fully_hidden(pl, it, w, j0, n)) {
+            j0 = j1;
+            continue;
+        }
+        /* A block every row sees in full, with no explicit mask or score modifier, is the
+         * plain FlashAttention step on all rows. Otherwise only the band of rows that see
+         * some key of it runs: for a row that sees none the step is the identity
+         * (P = exp(-inf) = 0, alpha = exp(0) = 1, or l = O = 0 still). */
+        int ra = 0, rb = m;
+        const int plain = j0 >= it->ilo && j1 <= it->ihi && p->mask.kind == SDPA_MASK_NONE &&
+                          p->softcap == 0.0f && !p->alibi;
+        if (!plain) {
+            int a, e;
+            while (ra < m && (row_cut(it, w, ra, j0, n, &a, &e), a == e))
+                ra++;
+            while (rb > ra && (row_cut(it, w, rb - 1, j0, n, &a, &e), a == e))
+                rb--;
+            if (ra == rb) { /* no row sees any key of the block */
+                j0 = j1;
+                continue;
+            }
+        }
+        const int mb = rb - ra;
+        float *s_ra = w->s + (size_t)ra * (size_t)pl->lds;
+        c->computed++;
+        kt->pack_k(n, Dk, kbase + (size_t)(j0 * p->ks[2]) * kes, p->ks[2], p->kt, w->kp);
+        kt->qk(mb, n, Dk, p->scale, w->q + (size_t)ra * (size_t)pl->ldq, pl->ldq, w->kp, s_ra,
+               pl->lds);
+        const int masked = plain ? 0 : prepare_block(pl, it, w, ra, rb, j0, n);
+        const float *v;
+        int64_t ldv;
+        if (p->vt == SDPA_F32) {
+            v = (const float *)(const void *)(vbase + (size_t)(j0 * p->vs[2]) * ves);
+            ldv = p->vs[2];
+        } else {
+            kt->pack_v(n, Dv, vbase + (size_t)(j0 * p->vs[2]) * ves, p->vs[2], p->vt, w->vp,
+                       pl->ldvp);
+            v = w->vp;
+            ldv = pl->ldvp;
+        }
+        kt->softmax(mb, n, s_ra, pl->lds, w->m + ra, w->l + ra, w->alpha + ra);
+        if (p->dropout_p != 0.0f)
+            dropout_block(pl, it, w, ra, rb, j0, n);
+        if (masked & MASKED_EXPLICIT) {
+            if (v_block_finite(v, ldv, n, Dv))
+                kt->pv(mb, n, Dv, s_ra, pl->lds, v, ldv, w->alpha + ra,
+                       w->o + (size_t)ra * (size_t)pl->ldo, pl->ldo);
+            else
+                pv_visible_only(pl, w, ra, rb, n, v, ldv);
+        } else if (masked) {
+            pv_ranges(pl, it, w, ra, rb, j0, n, v, ldv);
+        } else
+            kt->pv(mb, n, Dv, s_ra, pl->lds, v, ldv, w->alpha + ra,
+                   w->o + (size_t)ra * (size_t)pl->ldo, pl->ldo);
+        c->masked += masked != 0;
+        j0 = j1;
+    }
+}
+
+/* Blocks the item's sequence has in all (for the computed/skipped counters). */
+static int64_t item_blocks(const plan *pl, const rows *it) {
+    return ceil_div(it->seq.tkv, pl->bc);
+}
+
+/* ---- finalisation --------------------------------------------------------------- */
+
+/* One row's partial results: nc (m, l, O) triples, O rows ldo floats apart. */
+typedef struct partials {
+    int nc;
+    const float *m, *l; /* m[c * stride], l[c * stride] */
+    const float *o;     /* o + c * ostride */
+    size_t stride, ostride;
+} partials;
+
+/* out[0 .. n) = acc[0 .. n) * f, four at a time with restrict so the compiler emits one
+ * baseline-ISA vector op per group: this pass writes the caller's output, a cache miss
+ * per line, and was 3% of prefill as a scalar loop. */
 static void scale_row(float *restrict out, const float *restrict acc, float f, int n) {
     int d = 0;
     for (; d + 4 <= n; d += 4) {
@@ -175,162 +619,324 @@ static void scale_row(float *restrict out, const float *restrict acc, float f, i
         out[d] = acc[d] * f;
 }
 
-static void run_item(const plan *pl, const scratch *w, int64_t item, counters *c) {
+/* Write output row `dst` (and *lse) from a row's partials; see the header comment. wts
+ * holds nc floats of scratch. */
+static void finalize_row(const plan *pl, const partials *pt, float sink, float *wts,
+                         void *restrict dst, float *lse) {
     const sdpa_problem *p = pl->p;
-    const sdpa_kernels *kt = pl->kt;
-    const int64_t bh = item / pl->nqb, qi = item % pl->nqb;
-    const int64_t qb = p->causal ? pl->nqb - 1 - qi : qi;
-    const int64_t b = bh / p->Hq, h = bh % p->Hq, hk = h / p->group;
-    const int64_t i0 = qb * pl->br;
-    const int m = (int)(p->Tq - i0 < pl->br ? p->Tq - i0 : pl->br);
-    const int Dk = (int)p->Dk, Dv = (int)p->Dv;
-
-    const float *qrow = p->q + b * p->qs[0] + h * p->qs[1] + i0 * p->qs[2];
-    for (int r = 0; r < m; r++)
-        memcpy(w->q + (size_t)r * (size_t)pl->ldq, qrow + r * p->qs[2], (size_t)Dk * sizeof(float));
-    const float *kbase = p->k + b * p->ks[0] + hk * p->ks[1];
-    const float *vbase = p->v + b * p->vs[0] + hk * p->vs[1];
-
-    for (int r = 0; r < m; r++) {
-        w->m[r] = -INFINITY;
-        w->l[r] = 0.0f;
-    }
-    memset(w->o, 0, (size_t)m * (size_t)pl->ldo * sizeof(float));
-
-    const int64_t end_first = sdpa_row_end(p, i0);
-    const int64_t end_last = sdpa_row_end(p, i0 + m - 1);
-    const int64_t nkb = ceil_div(end_last, pl->bc);
-    for (int64_t kb = 0; kb < nkb; kb++) {
-        const int64_t j0 = kb * pl->bc;
-        const int n = (int)(p->Tkv - j0 < pl->bc ? p->Tkv - j0 : pl->bc);
-        const float *vblk = vbase + j0 * p->vs[2];
-        kt->pack_k(n, Dk, kbase + j0 * p->ks[2], p->ks[2], SDPA_F32, w->kp);
-        if (j0 + n <= end_first) { /* every row sees the whole block */
-            kt->qk(m, n, Dk, p->scale, w->q, pl->ldq, w->kp, w->s, pl->lds);
-            kt->softmax(m, n, w->s, pl->lds, w->m, w->l, w->alpha);
-            kt->pv(m, n, Dv, w->s, pl->lds, vblk, p->vs[2], w->alpha, w->o, pl->ldo);
-            continue;
-        }
-        /* The block crosses the diagonal. e(i) is non-decreasing, so rows [0, lo) see
-         * none of it, rows [lo, full) part of it and rows [full, m) all of it. Rows
-         * below lo are left alone: for them the step would be exp(-inf) = 0 weights and
-         * alpha = exp(m - m) = 1 (or l = O = 0 still), the identity. */
-        int lo = m, full = m;
-        for (int r = m - 1; r >= 0; r--) {
-            int64_t e = sdpa_row_end(p, i0 + r) - j0;
-            e = e < 0 ? 0 : (e > n ? n : e);
-            w->end[r] = e;
-            if (e > 0)
-                lo = r;
-            if (e == n)
-                full = r;
-        }
-        const int mv = m - lo;
-        float *s_lo = w->s + (size_t)lo * (size_t)pl->lds;
-        kt->qk(mv, n, Dk, p->scale, w->q + (size_t)lo * (size_t)pl->ldq, pl->ldq, w->kp, s_lo,
-               pl->lds);
-        for (int r = lo; r < full; r++)
-            fill_ninf(w->s + (size_t)r * (size_t)pl->lds + w->end[r], n - (int)w->end[r]);
-        kt->softmax(mv, n, s_lo, pl->lds, w->m + lo, w->l + lo, w->alpha + lo);
-        if (full < m)
-            kt->pv(m - full, n, Dv, w->s + (size_t)full * (size_t)pl->lds, pl->lds, vblk,
-                   p->vs[2], w->alpha + full, w->o + (size_t)full * (size_t)pl->ldo, pl->ldo);
-        pv_masked(pl, w, lo, full, vblk, p->vs[2]);
-        c->masked++;
-    }
-    c->computed += nkb;
-
-    float *obase = p->o + b * p->os[0] + h * p->os[1] + i0 * p->os[2];
-    float *lse = p->lse ? p->lse + (b * p->Hq + h) * p->Tq + i0 : NULL;
-    for (int r = 0; r < m; r++) {
-        float *out = obase + r * p->os[2];
-        const float l = w->l[r];
-        if (l == 0.0f) { /* no visible key (or all scores -inf): zeros, lse = -inf */
-            memset(out, 0, (size_t)Dv * sizeof(float));
+    const int Dv = (int)p->Dv;
+    if (pt->nc == 1 && sink == -INFINITY && p->ot == SDPA_F32) {
+        /* The common case, without the two expf calls below: M = m, weight exp(m - M) = 1
+         * (or 0 with l = 0 when m = -inf), l = l_c. 2% of prefill at Dv = 64. */
+        const float l = pt->l[0];
+        if (l == 0.0f) {
+            memset(dst, 0, (size_t)Dv * sizeof(float));
             if (lse)
-                lse[r] = -INFINITY;
-            continue;
+                *lse = -INFINITY;
+            return;
         }
-        scale_row(out, w->o + (size_t)r * (size_t)pl->ldo, 1.0f / l, Dv);
-        if (lse) {
-            const float mu = w->m[r] == -INFINITY ? 0.0f : w->m[r];
-            lse[r] = mu + logf(l);
+        scale_row(dst, pt->o, 1.0f / l, Dv);
+        if (lse)
+            *lse = (pt->m[0] == -INFINITY ? 0.0f : pt->m[0]) + logf(l);
+        return;
+    }
+    float M = sink;
+    for (int c = 0; c < pt->nc; c++) {
+        const float mc = pt->m[(size_t)c * pt->stride];
+        if (mc > M || isnan(mc))
+            M = mc;
+    }
+    /* as in the kernels' softmax: a max of -inf (no visible key, no sink) subtracts 0, so
+     * every weight is exp(-inf) = 0 and a NaN l_c still reaches l */
+    const float mu = M == -INFINITY ? 0.0f : M;
+    float l = expf(sink - mu);
+    for (int c = 0; c < pt->nc; c++) {
+        wts[c] = expf(pt->m[(size_t)c * pt->stride] - mu);
+        l += wts[c] * pt->l[(size_t)c * pt->stride];
+    }
+    if (l == 0.0f) { /* nothing visible: zeros, lse = -inf */
+        memset(dst, 0, (size_t)Dv * esize(p->ot));
+        if (lse)
+            *lse = -INFINITY;
+        return;
+    }
+    const float inv = 1.0f / l;
+    if (pt->nc == 1 && p->ot == SDPA_F32) { /* the common case: one partial, fp32 out */
+        scale_row(dst, pt->o, wts[0] * inv, Dv);
+        if (lse)
+            *lse = mu + logf(l);
+        return;
+    }
+    for (int d = 0; d < Dv; d++) {
+        float acc = wts[0] * pt->o[d];
+        for (int c = 1; c < pt->nc; c++)
+            acc += wts[c] * pt->o[(size_t)c * pt->ostride + (size_t)d];
+        const float x = acc * inv;
+        switch (p->ot) {
+        case SDPA_F16:
+            ((uint16_t *)dst)[d] = sdpa_f32_to_f16(x);
+            break;
+        case SDPA_BF16:
+            ((uint16_t *)dst)[d] = sdpa_f32_to_bf16(x);
+            break;
+        case SDPA_F32:
+            ((float *)dst)[d] = x;
+            break;
         }
+    }
+    if (lse)
+        *lse = mu + logf(l);
+}
+
+/* Output row and lse slot of row r of an item. */
+static void *out_row(const plan *pl, const rows *it, const scratch *w, int r, float **lse) {
+    const sdpa_problem *p = pl->p;
+    const int64_t row = it->seq.q0 + w->i[r];
+    *lse = p->lse ? p->lse + it->b * p->lse_sb + w->h[r] * p->lse_sh + row : NULL;
+    return (char *)p->o + (size_t)(it->b * p->os[0] + w->h[r] * p->os[1] + row * p->os[2]) *
+                              esize(p->ot);
+}
+
+/* Padding rows of an item (plain and padded batches only: under packed varlen the rows
+ * past a sequence's end belong to the next sequence). */
+static void write_padding(const plan *pl, const rows *it, const scratch *w) {
+    if (pl->p->cu_q)
+        return;
+    for (int r = it->mvalid; r < it->m; r++) {
+        float *lse;
+        void *dst = out_row(pl, it, w, r, &lse);
+        memset(dst, 0, (size_t)pl->p->Dv * esize(pl->p->ot));
+        if (lse)
+            *lse = -INFINITY;
     }
 }
 
-/* Visible scores of the whole problem, for the serial/parallel decision. Under
- * bottom-right causal e(i) = max(0, i + off + 1), off = Tkv - Tq (it reaches Tkv only
- * at the last row), an arithmetic series from the first row that sees a key. */
-static double visible_scores(const sdpa_problem *p) {
-    double per_head;
-    if (p->causal == SDPA_CAUSAL_NONE) {
-        per_head = (double)p->Tq * (double)p->Tkv;
-    } else {
-        const int64_t off = p->Tkv - p->Tq;
-        const int64_t first = off < 0 ? -off : 0; /* first row with e(i) > 0 */
-        const double rows = (double)(p->Tq - first);
-        per_head = rows * ((double)(first + off + 1) + (double)p->Tkv) / 2.0;
+/* Finalise the real rows of an item whose single partial is in the thread's scratch. */
+static void finalize_item(const plan *pl, const rows *it, const scratch *w) {
+    for (int r = 0; r < it->mvalid; r++) {
+        const partials pt = {1, &w->m[r], &w->l[r], w->o + (size_t)r * (size_t)pl->ldo, 0, 0};
+        float *lse;
+        void *dst = out_row(pl, it, w, r, &lse);
+        const float sink = pl->p->sinks ? pl->p->sinks[w->h[r]] : -INFINITY;
+        finalize_row(pl, &pt, sink, w->tmp, dst, lse);
     }
-    return per_head * (double)p->B * (double)p->Hq;
+    write_padding(pl, it, w);
+}
+
+/* ---- planning and threads ----------------------------------------------------- */
+
+/* Floats of one split-KV partial: m and l of every row, then the O rows. */
+static size_t partial_floats(const plan *pl) {
+    return 2 * (size_t)pl->mrows + (size_t)pl->mrows * (size_t)pl->p->Dv;
+}
+
+static void plan_make(plan *pl, const sdpa_kernels *kt, const sdpa_problem *p, int allow_split) {
+    memset(pl, 0, sizeof *pl);
+    pl->kt = kt;
+    pl->p = p;
+    pl->br = kt->br;
+    pl->bc = kt->bc;
+    int64_t tq_max = p->Tq, tkv_max = p->Tkv;
+    if (p->cu_q) {
+        tq_max = tkv_max = 0;
+        for (int64_t b = 0; b < p->B; b++) {
+            tq_max = max64(tq_max, p->cu_q[b + 1] - p->cu_q[b]);
+            tkv_max = max64(tkv_max, p->cu_kv[b + 1] - p->cu_kv[b]);
+        }
+    }
+    pl->grouped = p->group > 1 && tq_max <= GROUP_TQ_MAX;
+    pl->rows_per_bh = pl->grouped ? p->group * tq_max : tq_max;
+    pl->items_per_bh = ceil_div(pl->rows_per_bh, pl->br);
+    pl->nbh = p->B * (pl->grouped ? p->Hkv : p->Hq);
+    pl->items = pl->nbh * pl->items_per_bh;
+    pl->mrows = (int)min64(pl->br, pl->rows_per_bh);
+    pl->ldq = (int)round_up((size_t)p->Dk, 16);
+    pl->lds = (int)round_up(round_up((size_t)kt->bc, (size_t)kt->kp_align), 16);
+    pl->ldo = (int)round_up((size_t)p->Dv, 16);
+    pl->ldvp = pl->ldo;
+
+    /* Split-KV, from the shape alone (never the thread count): chunks of at least
+     * SPLIT_CHUNK_MIN keys, as many as fit SPLIT_PARTIAL_FLOATS of partials. */
+    pl->nchunks = 1;
+    if (allow_split && pl->items > 0 && pl->items < SPLIT_ITEMS_MAX &&
+        tkv_max >= 2 * SPLIT_CHUNK_MIN) {
+        int64_t nch = tkv_max / SPLIT_CHUNK_MIN;
+        const int64_t fit = SPLIT_PARTIAL_FLOATS / ((int64_t)partial_floats(pl) * pl->items);
+        nch = min64(nch, fit);
+        if (nch >= 2) {
+            int64_t chunk = (int64_t)round_up((size_t)ceil_div(tkv_max, nch), SPLIT_CHUNK_MIN);
+            chunk = (int64_t)round_up((size_t)chunk, (size_t)pl->bc);
+            pl->chunk = chunk;
+            pl->nchunks = ceil_div(tkv_max, chunk);
+        }
+    }
+    pl->units = pl->items * pl->nchunks;
+    pl->scratch_bytes = scratch_layout(pl, NULL, NULL) +
+                        round_up((size_t)pl->nchunks * sizeof(float), 64);
+}
+
+/* An upper bound of the flops (causal and window taken into account, explicit masks
+ * not), for the serial/parallel decision only. */
+static double work_flops(const plan *pl) {
+    const sdpa_problem *p = pl->p;
+    double keys = (double)p->Tkv;
+    if (p->window)
+        keys = fmin(keys, (double)p->window_left + (double)p->window_right + 1.0);
+    if (p->causal != SDPA_CAUSAL_NONE)
+        keys = fmin(keys, 0.5 * (double)p->Tkv + 1.0);
+    return 2.0 * (double)(p->Dk + p->Dv) * (double)p->Hq * (double)pl->rows_per_bh /
+           (pl->grouped ? (double)p->group : 1.0) * (double)p->B * keys;
 }
 
 static int choose_threads(const plan *pl) {
     const sdpa_problem *p = pl->p;
-    if (2.0 * visible_scores(p) * (double)(p->Dk + p->Dv) < (double)SERIAL_FLOPS_MAX)
+    if (work_flops(pl) < (double)SERIAL_FLOPS_MAX || pl->units <= 1)
         return 1;
 #ifdef _OPENMP
-    /* Inside the caller's parallel region the cores are already the caller's: running a
-     * nested team would oversubscribe them. */
-    if (omp_in_parallel())
+    /* Inside the caller's parallel region the cores are already the caller's: a nested
+     * team would oversubscribe them, so run on the calling thread unless the caller
+     * asked for threads explicitly (OpenMP's nesting settings then decide). */
+    if (omp_in_parallel() && p->num_threads == 0)
         return 1;
     int nt = p->num_threads > 0 ? p->num_threads : omp_get_max_threads();
-    if ((int64_t)nt > pl->items)
-        nt = (int)pl->items;
+    if ((int64_t)nt > pl->units)
+        nt = (int)pl->units;
     return nt < 1 ? 1 : nt;
 #else
+    (void)p;
     return 1;
 #endif
+}
+
+/* ---- the two phases ------------------------------------------------------------- */
+
+typedef struct run_ctx {
+    const plan *pl;
+    char *scratch;   /* threads x pl->scratch_bytes */
+    float *part;     /* split-KV partials: units x partial_floats, or NULL */
+} run_ctx;
+
+static scratch thread_scratch(const run_ctx *x, int tid) {
+    scratch w;
+    scratch_layout(x->pl, x->scratch + (size_t)tid * x->pl->scratch_bytes, &w);
+    return w;
+}
+
+static void run_unit(const run_ctx *x, const scratch *w, int64_t u, counters *c) {
+    const plan *pl = x->pl;
+    rows it;
+    const int64_t t = u / pl->nchunks, ch = u % pl->nchunks;
+    item_rows(pl, w, t, &it);
+    if (ch == 0)
+        c->total += item_blocks(pl, &it);
+    int64_t ja = it.ulo, jb = it.uhi;
+    if (pl->chunk) {
+        ja = max64(ja, ch * pl->chunk);
+        jb = min64(jb, (ch + 1) * pl->chunk);
+    }
+    gather_q(pl, &it, w);
+    run_keys(pl, &it, w, ja, jb, c);
+    if (!pl->chunk) {
+        finalize_item(pl, &it, w);
+        return;
+    }
+    float *dst = x->part + (size_t)u * partial_floats(pl);
+    const size_t mr = (size_t)pl->mrows;
+    for (int r = 0; r < it.mvalid; r++) {
+        dst[r] = w->m[r];
+        dst[mr + (size_t)r] = w->l[r];
+        memcpy(dst + 2 * mr + (size_t)r * (size_t)pl->p->Dv, w->o + (size_t)r * (size_t)pl->ldo,
+               (size_t)pl->p->Dv * sizeof(float));
+    }
+}
+
+static void merge_item(const run_ctx *x, const scratch *w, int64_t t, float *wts) {
+    const plan *pl = x->pl;
+    rows it;
+    item_rows(pl, w, t, &it);
+    const size_t pf = partial_floats(pl), mr = (size_t)pl->mrows;
+    const float *base = x->part + (size_t)(t * pl->nchunks) * pf;
+    for (int r = 0; r < it.mvalid; r++) {
+        const partials pt = {(int)pl->nchunks, base + r, base + mr + (size_t)r,
+                             base + 2 * mr + (size_t)r * (size_t)pl->p->Dv, pf, pf};
+        float *lse;
+        void *dst = out_row(pl, &it, w, r, &lse);
+        const float sink = pl->p->sinks ? pl->p->sinks[w->h[r]] : -INFINITY;
+        finalize_row(pl, &pt, sink, wts, dst, lse);
+    }
+    write_padding(pl, &it, w);
+}
+
+/* Under packed varlen, view rows no sequence owns (at and beyond cu_seqlens_q[B]) are
+ * written like padding rows, so the whole output is defined. */
+static void write_orphan_rows(const sdpa_problem *p) {
+    if (!p->cu_q)
+        return;
+    for (int64_t h = 0; h < p->Hq; h++)
+        for (int64_t r = p->cu_q[p->B]; r < p->Tq; r++) {
+            memset((char *)p->o + (size_t)(h * p->os[1] + r * p->os[2]) * esize(p->ot), 0,
+                   (size_t)p->Dv * esize(p->ot));
+            if (p->lse)
+                p->lse[h * p->lse_sh + r] = -INFINITY;
+        }
 }
 
 sdpa_status sdpa_forward_with(const sdpa_kernels *kt, const sdpa_problem *p,
                               sdpa_stats *stats) {
     plan pl;
-    plan_make(&pl, kt, p);
+    plan_make(&pl, kt, p, 1);
     const int nt = choose_threads(&pl);
-    const size_t bytes_per_thread = round_up(pl.floats_per_thread * sizeof(float), 64);
-    float *buf = aligned_alloc(64, bytes_per_thread * (size_t)nt);
-    if (!buf)
+    run_ctx x = {&pl, NULL, NULL};
+    x.scratch = aligned_alloc(64, pl.scratch_bytes * (size_t)nt);
+    if (pl.chunk)
+        x.part = malloc((size_t)pl.units * partial_floats(&pl) * sizeof(float));
+    if (!x.scratch || (pl.chunk && !x.part)) {
+        free(x.scratch);
+        free(x.part);
         return SDPA_ERR_OUT_OF_MEMORY;
+    }
+    const size_t wts_off = scratch_layout(&pl, NULL, NULL);
 
-    int64_t computed = 0, masked = 0;
+    counters tot = {0, 0, 0};
     int used = 1;
     if (nt == 1) {
-        const scratch w = scratch_carve(&pl, buf);
-        counters c = {0, 0};
-        for (int64_t it = 0; it < pl.items; it++)
-            run_item(&pl, &w, it, &c);
-        computed = c.computed;
-        masked = c.masked;
+        const scratch w = thread_scratch(&x, 0);
+        for (int64_t u = 0; u < pl.units; u++)
+            run_unit(&x, &w, u, &tot);
+        if (pl.chunk)
+            for (int64_t t = 0; t < pl.items; t++)
+                merge_item(&x, &w, t, (float *)(void *)(x.scratch + wts_off));
     } else {
 #ifdef _OPENMP
-#pragma omp parallel num_threads(nt) reduction(+ : computed, masked)
+        int64_t computed = 0, masked = 0, total = 0;
+#pragma omp parallel num_threads(nt) reduction(+ : computed, masked, total)
         {
             const int tid = omp_get_thread_num();
             if (tid == 0)
                 used = omp_get_num_threads();
-            const scratch w =
-                scratch_carve(&pl, (float *)(void *)((char *)buf + (size_t)tid * bytes_per_thread));
-            counters c = {0, 0};
+            const scratch w = thread_scratch(&x, tid);
+            counters c = {0, 0, 0};
 #pragma omp for schedule(dynamic, 1)
-            for (int64_t it = 0; it < pl.items; it++)
-                run_item(&pl, &w, it, &c);
+            for (int64_t u = 0; u < pl.units; u++)
+                run_unit(&x, &w, u, &c);
+            if (pl.chunk) {
+                float *wts = (float *)(void *)(x.scratch + (size_t)tid * pl.scratch_bytes + wts_off);
+#pragma omp for schedule(dynamic, 1)
+                for (int64_t t = 0; t < pl.items; t++)
+                    merge_item(&x, &w, t, wts);
+            }
             computed += c.computed;
             masked += c.masked;
+            total += c.total;
         }
+        tot.computed = computed;
+        tot.masked = masked;
+        tot.total = total;
 #endif
     }
-    free(buf);
+    write_orphan_rows(p);
+    free(x.scratch);
+    free(x.part);
 
     if (stats) {
         stats->isa = kt->isa;
@@ -338,12 +944,95 @@ sdpa_status sdpa_forward_with(const sdpa_kernels *kt, const sdpa_problem *p,
         stats->block_q = pl.br;
         stats->block_kv = pl.bc;
         stats->work_items = pl.items;
-        stats->blocks_total = pl.items * pl.nkb;
-        stats->blocks_computed = computed;
-        stats->blocks_skipped = pl.items * pl.nkb - computed;
-        stats->blocks_masked = masked;
+        stats->blocks_total = tot.total;
+        stats->blocks_computed = tot.computed;
+        stats->blocks_skipped = tot.total - tot.computed;
+        stats->blocks_masked = tot.masked;
     }
     return SDPA_OK;
+}
+
+/* ---- attention weights ------------------------------------------------------------ */
+
+/* Weights of item t: the scores recomputed block by block exactly as run_keys computes
+ * them, then exp(s - lse) (and the dropout factor) written into the rows' columns. */
+static void weights_item(const plan *pl, const scratch *w, int64_t t, float *out) {
+    const sdpa_problem *p = pl->p;
+    const sdpa_kernels *kt = pl->kt;
+    rows it;
+    item_rows(pl, w, t, &it);
+    const int m = it.mvalid, Dk = (int)p->Dk;
+    if (m == 0 || it.ulo >= it.uhi)
+        return;
+    gather_q(pl, &it, w);
+    const size_t kes = esize(p->kt);
+    const char *kbase = (const char *)p->k +
+                        (size_t)(it.b * p->ks[0] + it.hk * p->ks[1] + it.seq.kv0 * p->ks[2]) * kes;
+    const int64_t vb = p->cu_q ? 0 : it.b;
+    for (int64_t j0 = it.ulo; j0 < it.uhi;) {
+        const int64_t j1 = min64((j0 / pl->bc + 1) * pl->bc, it.uhi);
+        const int n = (int)(j1 - j0);
+        if (!block_fully_hidden(pl, &it, w, j0, n)) {
+            kt->pack_k(n, Dk, kbase + (size_t)(j0 * p->ks[2]) * kes, p->ks[2], p->kt, w->kp);
+            kt->qk(m, n, Dk, p->scale, w->q, pl->ldq, w->kp, w->s, pl->lds);
+            prepare_block(pl, &it, w, 0, m, j0, n);
+            for (int r = 0; r < m; r++) {
+                const float lse = p->lse[vb * p->lse_sb + w->h[r] * p->lse_sh + it.seq.q0 + w->i[r]];
+                float *sr = w->s + (size_t)r * (size_t)pl->lds;
+                if (lse == -INFINITY) { /* a row that sees nothing: all zero */
+                    memset(sr, 0, (size_t)n * sizeof(float));
+                    continue;
+                }
+                for (int j = 0; j < n; j++)
+                    sr[j] -= lse;
+                kt->vexp(n, sr, sr);
+            }
+            if (p->dropout_p != 0.0f)
+                dropout_block(pl, &it, w, 0, m, j0, n);
+            for (int r = 0; r < m; r++) {
+                float *dst = out + ((vb * p->Hq + w->h[r]) * p->Tq + it.seq.q0 + w->i[r]) * p->Tkv;
+                memcpy(dst + j0, w->s + (size_t)r * (size_t)pl->lds, (size_t)n * sizeof(float));
+            }
+        }
+        j0 = j1;
+    }
+}
+
+sdpa_status sdpa_weights_with(const sdpa_kernels *kt, const sdpa_problem *p, float *weights) {
+    plan pl;
+    plan_make(&pl, kt, p, 0);
+    const int nt = choose_threads(&pl);
+    char *buf = aligned_alloc(64, pl.scratch_bytes * (size_t)nt);
+    if (!buf)
+        return SDPA_ERR_OUT_OF_MEMORY;
+    const int64_t VB = p->cu_q ? 1 : p->B;
+    memset(weights, 0, (size_t)(VB * p->Hq * p->Tq * p->Tkv) * sizeof(float));
+    run_ctx x = {&pl, buf, NULL};
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        int tid = 0;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+#endif
+        const scratch w = thread_scratch(&x, tid);
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t t = 0; t < pl.items; t++)
+            weights_item(&pl, &w, t, weights);
+    }
+    free(buf);
+    return SDPA_OK;
+}
+
+sdpa_status sdpa_attention_weights(const sdpa_desc *desc, const sdpa_tensor *q,
+                                   const sdpa_tensor *k, const float *lse, float *weights) {
+    sdpa_problem p;
+    sdpa_status st = sdpa_validate_weights(desc, q, k, lse, weights, &p);
+    if (st != SDPA_OK)
+        return st;
+    const sdpa_kernels *kt = sdpa_dispatch_table((sdpa_isa)p.isa);
+    if (!kt)
+        return SDPA_ERR_UNSUPPORTED_ISA;
+    return sdpa_weights_with(kt, &p, weights);
 }
 
 sdpa_status sdpa_forward(const sdpa_desc *desc, const sdpa_tensor *q, const sdpa_tensor *k,
