@@ -44,31 +44,61 @@ void th_free(void *p);
 
 enum { TH_BHTD = 0, TH_BTHD = 1, TH_PADDED = 2 };
 
+/* Sequence-length modes of a case. */
+enum {
+    TH_LENS_NONE = 0,
+    TH_LENS_PADDED = 1, /* q_lens and kv_lens per batch entry (entry 1 gets kv_len 0) */
+    TH_LENS_KV = 2,     /* kv_lens only (a KV cache filled to different lengths) */
+    TH_LENS_VARLEN = 3  /* packed varlen: cu_seqlens; Tq/Tkv are the longest sequence */
+};
+
+/* Mask broadcast bits of a case. */
+enum { TH_BCAST_B = 1, TH_BCAST_H = 2, TH_BCAST_ROWS = 4 };
+
 typedef struct th_case {
     int64_t B, Hq, Hkv, Tq, Tkv, Dk, Dv;
-    int causal;
+    int causal;       /* an sdpa_causal value */
     int threads;      /* desc.num_threads */
     int layout;       /* TH_BHTD, TH_BTHD or TH_PADDED (gaps between rows and heads) */
-    int misalign;     /* shift every buffer by this many floats from its page end */
+    int misalign;     /* shift every buffer by this many elements from its page end */
     int guard;        /* TH_GUARD_AFTER or TH_GUARD_BEFORE */
     float scale;      /* desc.scale (0 = default) */
     float amplitude;  /* inputs uniform in [-amplitude, amplitude); 0 means 1 */
     uint64_t seed;
+    /* features, all off when zero */
+    sdpa_dtype dt[4]; /* storage of q, k, v, o */
+    int window;
+    int64_t wl, wr;
+    float softcap;
+    int alibi;        /* per-head ALiBi slopes 2^(-8 (h + 1) / Hq) */
+    int sinks;        /* per-head sink logits in [-1, 3) (head 1 gets -inf) */
+    int mask;         /* an sdpa_mask_kind */
+    sdpa_dtype mask_dt;
+    int mask_bcast;   /* TH_BCAST_* bits */
+    float mask_hidden;/* fraction of hidden entries; row 3 of each head is fully hidden */
+    int lens;         /* TH_LENS_* */
+    float dropout;    /* desc.dropout_p (the seed is the case's seed) */
 } th_case;
-
-/* Tensors of a case, filled and ready to call either entry point with. */
+/* Tensors of a case, filled and ready to call either entry point with. Two sets made
+ * from the same case hold the same values. */
 typedef struct th_tensors {
     sdpa_desc desc;
     sdpa_tensor q, k, v, o;
     float *lse;
     void *bufs[5];
-    size_t elems[5]; /* floats of q, k, v, o, lse (o and lse are written) */
+    size_t elems[5];  /* elements of q, k, v, o, lse (o and lse are written) */
+    int64_t VB;       /* batch entries of the views (1 under packed varlen) */
+    void *mask;
+    float *slopes, *sinks;
+    int64_t *qlens, *kvlens, *cuq, *cukv;
 } th_tensors;
 
 void th_tensors_make(th_tensors *t, const th_case *c);
 void th_tensors_free(th_tensors *t);
-/* Pointer to element (b, h, i, 0) of a view. */
+/* Pointer to element (b, h, i, 0) of an fp32 view. */
 float *th_at(const sdpa_tensor *t, int64_t b, int64_t h, int64_t i);
+/* Element (b, h, i, d) of a view of any dtype, widened to fp32. */
+float th_get(const sdpa_tensor *t, int64_t b, int64_t h, int64_t i, int64_t d);
 
 /* Largest errors of the th_compare calls that found no element out of tolerance, for
  * the final summary. */
@@ -80,8 +110,11 @@ typedef struct th_errors {
 } th_errors;
 
 /* Compare outputs o/lse of a (fused) against those of ref, both shaped by c.
- * Tolerance (DESIGN section 6): |x - r| <= 1e-5 + 1e-4 |r|; NaN only where ref is NaN,
- * -inf only where ref is -inf. Does not record a check. */
+ * Tolerance (DESIGN section 6): |x - r| <= 1e-5 + 1e-4 |r| for an fp32 output; a 16-bit
+ * output adds one unit in the last place of its format (2^-10 |r| for f16, 2^-7 |r| for
+ * bf16), since both paths round nearly equal fp32 values once and may land on the two
+ * sides of a rounding boundary. NaN only where ref is NaN, -inf only where ref is -inf.
+ * Does not record a check. */
 th_errors th_compare(const th_case *c, const th_tensors *a, const th_tensors *ref);
 
 /* The ISA the end-to-end suites run on; main.c loops it over every usable ISA. */

@@ -25,7 +25,8 @@ static const suite suites[] = {
     {"api", suite_api, 0},         {"seeds", suite_seeds, 1},   {"sweep", suite_sweep, 1},
     {"layout", suite_layout, 1},   {"threads", suite_threads, 1}, {"skip", suite_skip, 1},
     {"traps", suite_traps, 1},     {"broken", suite_broken, 1},
-    {"ukernel", suite_ukernel, 1},
+    {"ukernel", suite_ukernel, 1}, {"features", suite_features, 1},
+    {"layer", suite_layer, 1},
 };
 enum { NSUITES = sizeof suites / sizeof suites[0] };
 

@@ -15,6 +15,8 @@ void suite_skip(void);    /* causal block skipping counters */
 void suite_traps(void);   /* large logits, one-hot, masked rows, NaN */
 void suite_broken(void);  /* a deliberately broken kernel must be caught */
 void suite_ukernel(void); /* each tile function against double precision */
+void suite_features(void);/* masks, lengths, windows, modifiers, dtypes */
+void suite_layer(void);   /* sdpa_linear, attention weights, the MHA layer */
 
 /* Set by main.c from --quick: smaller sweeps for slow builds (sanitizers). */
 extern int th_quick;

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../kernels/convert.h"
+#include "../src/philox.h"
 #include "harness.h"
 #include "suites.h"
 
@@ -18,6 +20,9 @@ enum { B = 2, HQ = 4, HKV = 2, TQ = 5, TKV = 7, DK = 8, DV = 6 };
 typedef struct fixture {
     float q[B * HQ * TQ * DK], k[B * HKV * TKV * DK], v[B * HKV * TKV * DV];
     float o[B * HQ * TQ * DV], lse[B * HQ * TQ];
+    float slopes[HQ];
+    uint8_t mask[B * HQ * TQ * TKV];
+    int64_t qlens[B], kvlens[B], cuq[B + 1], cukv[B + 1];
     sdpa_desc d;
     sdpa_tensor tq, tk, tv, to;
 } fixture;
@@ -30,6 +35,16 @@ static void fixture_init(fixture *f) {
         f->k[i] = th_rand_float(&rng);
     for (size_t i = 0; i < sizeof f->v / sizeof f->v[0]; i++)
         f->v[i] = th_rand_float(&rng);
+    for (int h = 0; h < HQ; h++)
+        f->slopes[h] = 0.5f;
+    memset(f->mask, 1, sizeof f->mask);
+    for (int b = 0; b < B; b++) {
+        f->qlens[b] = TQ;
+        f->kvlens[b] = TKV - b;
+    }
+    /* packed varlen over the same views: two sequences sharing the rows */
+    f->cuq[0] = 0, f->cuq[1] = 2, f->cuq[2] = TQ;
+    f->cukv[0] = 0, f->cukv[1] = 3, f->cukv[2] = TKV;
     memset(f->o, 0xA5, sizeof f->o);
     memset(f->lse, 0xA5, sizeof f->lse);
     f->d = (sdpa_desc){.batch = B, .heads_q = HQ, .heads_kv = HKV, .len_q = TQ,
@@ -117,8 +132,38 @@ MUT(m_o_overlaps_v_end, f->to.data = f->v + sizeof f->v / sizeof f->v[0] - 1)
 MUT(m_lse_in_o, *lse = f->o + 4)
 MUT(m_lse_in_v, *lse = f->v + 2)
 MUT(m_dtype_unknown, f->tq.dtype = (sdpa_dtype)7)
-MUT(m_dtype_f16, f->tk.dtype = SDPA_F16)
-MUT(m_dtype_bf16_o, f->to.dtype = SDPA_BF16)
+MUT(m_dtype_neg, f->to.dtype = (sdpa_dtype)-1)
+MUT(m_mask_kind, (f->d.mask.kind = (sdpa_mask_kind)3, f->d.mask.data = f->mask))
+MUT(m_mask_nodata, f->d.mask.kind = SDPA_MASK_BOOL)
+MUT(m_mask_nokind, f->d.mask.data = f->mask)
+MUT(m_mask_bool_dtype, (f->d.mask = (sdpa_mask){f->mask, SDPA_MASK_BOOL, SDPA_F16, 0, 0, TKV}))
+MUT(m_mask_add_dtype, (f->d.mask = (sdpa_mask){f->mask, SDPA_MASK_ADDITIVE, (sdpa_dtype)9, 0, 0, TKV}))
+MUT(m_mask_negstride, (f->d.mask = (sdpa_mask){f->mask, SDPA_MASK_BOOL, SDPA_F32, 0, -1, TKV}))
+MUT(m_mask_misaligned, (f->d.mask = (sdpa_mask){f->mask + 1, SDPA_MASK_ADDITIVE, SDPA_F32, 0, 0, TKV}))
+MUT(m_mask_overflow, (f->d.mask = (sdpa_mask){f->mask, SDPA_MASK_BOOL, SDPA_F32, INT64_MAX - 10, 0, TKV}))
+MUT(m_mask_in_o, (f->d.mask = (sdpa_mask){f->o + 8, SDPA_MASK_ADDITIVE, SDPA_F32, 0, 0, 0}))
+MUT(m_window_neg, (f->d.window = 1, f->d.window_left = -1))
+MUT(m_window_big, (f->d.window = 1, f->d.window_right = SDPA_MAX_DIM + 1))
+MUT(m_softcap_neg, f->d.softcap = -1.0f)
+MUT(m_softcap_nan, f->d.softcap = NAN)
+MUT(m_slopes_in_o, f->d.alibi_slopes = f->o + 3)
+MUT(m_sinks_in_lse, (f->d.sinks = f->lse + 1))
+MUT(m_slopes_misaligned, f->d.alibi_slopes = (const float *)(const void *)((const char *)f->slopes + 2))
+MUT(m_qlens_neg, (f->qlens[1] = -1, f->d.q_lens = f->qlens))
+MUT(m_kvlens_big, (f->kvlens[0] = TKV + 1, f->d.kv_lens = f->kvlens))
+MUT(m_cu_only_q, f->d.cu_seqlens_q = f->cuq)
+MUT(m_cu_start, (f->cuq[0] = 1, f->d.cu_seqlens_q = f->cuq, f->d.cu_seqlens_kv = f->cukv))
+MUT(m_cu_decreasing, (f->cukv[1] = 6, f->cukv[2] = 5, f->d.cu_seqlens_q = f->cuq,
+                      f->d.cu_seqlens_kv = f->cukv))
+MUT(m_cu_past_end, (f->cuq[2] = TQ + 1, f->d.cu_seqlens_q = f->cuq, f->d.cu_seqlens_kv = f->cukv))
+MUT(m_cu_and_lens, (f->d.cu_seqlens_q = f->cuq, f->d.cu_seqlens_kv = f->cukv,
+                    f->d.kv_lens = f->kvlens))
+MUT(m_dropout_one, f->d.dropout_p = 1.0f)
+MUT(m_dropout_neg, f->d.dropout_p = -0.1f)
+MUT(m_dropout_nan, f->d.dropout_p = NAN)
+MUT(m_dropout_counter, (f->d.dropout_p = 0.5f, f->d.len_kv = (int64_t)1 << 35, f->tk.stride_t = 0,
+                        f->tv.stride_t = 0))
+MUT(m_lens_in_o, (f->d.kv_lens = f->kvlens, f->to.data = (void *)f->kvlens))
 MUT(m_scale_nan, f->d.scale = NAN)
 MUT(m_scale_inf, f->d.scale = INFINITY)
 MUT(m_threads_neg, f->d.num_threads = -1)
@@ -165,8 +210,35 @@ static void test_validation(void) {
     expect("lse inside o", m_lse_in_o, SDPA_ERR_OVERLAP);
     expect("lse inside v", m_lse_in_v, SDPA_ERR_OVERLAP);
     expect("unknown dtype", m_dtype_unknown, SDPA_ERR_BAD_DTYPE);
-    expect("f16 k (not in this version)", m_dtype_f16, SDPA_ERR_BAD_DTYPE);
-    expect("bf16 o (not in this version)", m_dtype_bf16_o, SDPA_ERR_BAD_DTYPE);
+    expect("negative dtype", m_dtype_neg, SDPA_ERR_BAD_DTYPE);
+    expect("mask kind 3", m_mask_kind, SDPA_ERR_BAD_ARGUMENT);
+    expect("mask kind without data", m_mask_nodata, SDPA_ERR_BAD_ARGUMENT);
+    expect("mask data without kind", m_mask_nokind, SDPA_ERR_BAD_ARGUMENT);
+    expect("bool mask with a dtype", m_mask_bool_dtype, SDPA_ERR_BAD_DTYPE);
+    expect("additive mask dtype 9", m_mask_add_dtype, SDPA_ERR_BAD_DTYPE);
+    expect("negative mask stride", m_mask_negstride, SDPA_ERR_BAD_STRIDE);
+    expect("misaligned f32 mask", m_mask_misaligned, SDPA_ERR_MISALIGNED);
+    expect("mask extent overflows", m_mask_overflow, SDPA_ERR_OVERFLOW);
+    expect("mask inside o", m_mask_in_o, SDPA_ERR_OVERLAP);
+    expect("window_left -1", m_window_neg, SDPA_ERR_BAD_ARGUMENT);
+    expect("window_right above max", m_window_big, SDPA_ERR_BAD_ARGUMENT);
+    expect("softcap -1", m_softcap_neg, SDPA_ERR_BAD_ARGUMENT);
+    expect("softcap NaN", m_softcap_nan, SDPA_ERR_BAD_ARGUMENT);
+    expect("ALiBi slopes inside o", m_slopes_in_o, SDPA_ERR_OVERLAP);
+    expect("sinks inside lse", m_sinks_in_lse, SDPA_ERR_OVERLAP);
+    expect("misaligned ALiBi slopes", m_slopes_misaligned, SDPA_ERR_MISALIGNED);
+    expect("q_lens -1", m_qlens_neg, SDPA_ERR_BAD_LENGTHS);
+    expect("kv_lens above len_kv", m_kvlens_big, SDPA_ERR_BAD_LENGTHS);
+    expect("cu_seqlens_q without cu_seqlens_kv", m_cu_only_q, SDPA_ERR_BAD_LENGTHS);
+    expect("cu_seqlens not starting at 0", m_cu_start, SDPA_ERR_BAD_LENGTHS);
+    expect("cu_seqlens decreasing", m_cu_decreasing, SDPA_ERR_BAD_LENGTHS);
+    expect("cu_seqlens past the view", m_cu_past_end, SDPA_ERR_BAD_LENGTHS);
+    expect("cu_seqlens with kv_lens", m_cu_and_lens, SDPA_ERR_BAD_LENGTHS);
+    expect("kv_lens inside o", m_lens_in_o, SDPA_ERR_OVERLAP);
+    expect("dropout_p 1", m_dropout_one, SDPA_ERR_BAD_ARGUMENT);
+    expect("dropout_p -0.1", m_dropout_neg, SDPA_ERR_BAD_ARGUMENT);
+    expect("dropout_p NaN", m_dropout_nan, SDPA_ERR_BAD_ARGUMENT);
+    expect("len_kv beyond the dropout counter", m_dropout_counter, SDPA_ERR_BAD_ARGUMENT);
     expect("scale NaN", m_scale_nan, SDPA_ERR_BAD_ARGUMENT);
     expect("scale inf", m_scale_inf, SDPA_ERR_BAD_ARGUMENT);
     expect("num_threads -1", m_threads_neg, SDPA_ERR_BAD_ARGUMENT);
@@ -218,7 +290,7 @@ static void test_valid_and_isa(void) {
 static void test_helpers(void) {
     const char *seen[32];
     int n = 0;
-    for (int s = SDPA_OK; s <= SDPA_ERR_MISALIGNED; s++) {
+    for (int s = SDPA_OK; s <= SDPA_ERR_BAD_LENGTHS; s++) {
         const char *msg = sdpa_strerror((sdpa_status)s);
         int dup = 0;
         for (int i = 0; i < n; i++)
@@ -248,7 +320,51 @@ static void test_helpers(void) {
     CHECK(big.stride_b == INT64_MAX, "overflowing helper strides must saturate");
 }
 
+/* Known answers: the 16-bit conversions (IEEE-754 binary16 / bfloat16 encodings) and
+ * Philox4x32-10 (the Random123 kat_vectors file, "philox4x32 10" lines: counter, key,
+ * result). */
+static void test_known_answers(void) {
+    static const struct {
+        uint16_t h;
+        float f;
+    } f16[] = {{0x3c00, 1.0f},        {0xc000, -2.0f},         {0x7bff, 65504.0f},
+               {0x0400, 0x1p-14f},    {0x0001, 0x1p-24f},      {0x03ff, 0x3ffp-24f},
+               {0x8000, -0.0f},       {0x7c00, INFINITY},      {0x3555, 0x1.554p-2f}};
+    int ok = 1;
+    for (int i = 0; i < (int)(sizeof f16 / sizeof f16[0]); i++) {
+        ok &= sdpa_bits_from_f32(sdpa_f16_to_f32(f16[i].h)) == sdpa_bits_from_f32(f16[i].f);
+        ok &= sdpa_f32_to_f16(f16[i].f) == f16[i].h;
+    }
+    CHECK(ok, "binary16 encodings");
+    /* rounding: ties to even, overflow to inf, below half the smallest subnormal to 0 */
+    CHECK(sdpa_f32_to_f16(1.0f + 0x1p-11f) == 0x3c00 && sdpa_f32_to_f16(1.0f + 0x3p-11f) == 0x3c02 &&
+              sdpa_f32_to_f16(65520.0f) == 0x7c00 && sdpa_f32_to_f16(65519.0f) == 0x7bff &&
+              sdpa_f32_to_f16(0x1p-25f) == 0 && sdpa_f32_to_f16(0x1.01p-25f) == 1 &&
+              sdpa_f32_to_f16(0x3p-25f) == 2 && (sdpa_f32_to_f16(NAN) & 0x7e00) == 0x7e00,
+          "binary16 rounding");
+    CHECK(sdpa_bf16_to_f32(0x3f80) == 1.0f && sdpa_f32_to_bf16(1.0f) == 0x3f80 &&
+              sdpa_f32_to_bf16(1.0f + 0x1p-8f) == 0x3f80 &&
+              sdpa_f32_to_bf16(1.0f + 0x3p-8f) == 0x3f82 && sdpa_f32_to_bf16(-INFINITY) == 0xff80 &&
+              (sdpa_f32_to_bf16(NAN) & 0x7fc0) == 0x7fc0,
+          "bfloat16 encodings and rounding");
+
+    static const uint32_t kat[3][10] = {
+        {0, 0, 0, 0, 0, 0, 0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8},
+        {0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0x408f276d,
+         0x41c83b0e, 0xa20bc7c6, 0x6d5451fd},
+        {0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344, 0xa4093822, 0x299f31d0, 0xd16cfe09,
+         0x94fdcceb, 0x5001e420, 0x24126ea1}};
+    for (int t = 0; t < 3; t++) {
+        uint32_t out[4];
+        sdpa_philox4x32_10(kat[t], kat[t] + 4, out);
+        CHECK(memcmp(out, kat[t] + 6, sizeof out) == 0,
+              "Philox4x32-10 known-answer vector %d: %08x %08x %08x %08x", t, out[0], out[1],
+              out[2], out[3]);
+    }
+}
+
 void suite_api(void) {
+    test_known_answers();
     test_validation();
     test_valid_and_isa();
     test_helpers();

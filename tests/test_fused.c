@@ -96,17 +96,20 @@ void suite_layout(void) {
     }
 }
 
-/* Fused output of a case with a given thread count, copied out. */
-static float *run_threads(const th_case *c, int threads, sdpa_stats *st) {
+/* Fused output (o then lse, as bytes) of a case with a given thread count, copied out;
+ * *bytes gets its size. */
+static unsigned char *run_threads(const th_case *c, int threads, sdpa_stats *st, size_t *bytes) {
     th_tensors t;
     th_tensors_make(&t, c);
     t.desc.num_threads = threads;
     t.desc.stats = st;
-    float *out = NULL;
+    unsigned char *out = NULL;
+    const size_t ob = t.elems[3] * (t.o.dtype == SDPA_F32 ? 4 : 2);
+    *bytes = ob + t.elems[4] * sizeof(float);
     if (sdpa_forward(&t.desc, &t.q, &t.k, &t.v, &t.o, t.lse) == SDPA_OK) {
-        out = malloc((t.elems[3] + t.elems[4]) * sizeof(float));
-        memcpy(out, t.o.data, t.elems[3] * sizeof(float));
-        memcpy(out + t.elems[3], t.lse, t.elems[4] * sizeof(float));
+        out = malloc(*bytes);
+        memcpy(out, t.o.data, ob);
+        memcpy(out + ob, t.lse, t.elems[4] * sizeof(float));
     }
     th_tensors_free(&t);
     return out;
@@ -114,7 +117,7 @@ static float *run_threads(const th_case *c, int threads, sdpa_stats *st) {
 
 void suite_threads(void) {
     const int nproc = th_nproc();
-    const int counts[] = {1, 2, 3, nproc, 7};
+    const int counts[] = {1, 2, 3, nproc, 8};
     /* correctness at each thread count */
     for (int i = 0; i < 4; i++)
         for (int causal = 0; causal < 2; causal++) {
@@ -122,24 +125,43 @@ void suite_threads(void) {
                          .causal = causal, .threads = counts[i], .seed = seed_of(i, causal, 9)};
             th_run_case(&c, "threads");
         }
-    /* the same bits for every thread count, prefill and decode-like shapes */
+    /* split-KV decode against the reference at the chunk edges and far beyond, grouped
+     * (GQA) and not */
+    static const int64_t tkvs[] = {1, 511, 512, 513, 1023, 1024, 1025, 4096, 100000};
+    for (int i = 0; i < N(tkvs); i++) {
+        if (th_quick && tkvs[i] > 4096)
+            continue;
+        th_case c = {.B = 1, .Hq = 8, .Hkv = 2, .Tq = 1, .Tkv = tkvs[i], .Dk = 64, .Dv = 48,
+                     .causal = 1, .threads = 3, .seed = seed_of(i, 0, 12)};
+        th_run_case(&c, "split-KV decode, GQA 4");
+        c.Hkv = 8;
+        c.Tq = 3;
+        c.causal = i & 1;
+        th_run_case(&c, "split-KV, Tq 3, no GQA");
+    }
+    /* the same bits for every thread count: prefill, decode (split-KV), grouped small-Tq
+     * (speculative decoding), and the features on top */
     const th_case shapes[] = {
         {.B = 1, .Hq = 3, .Hkv = 1, .Tq = 300, .Tkv = 300, .Dk = 40, .Dv = 40, .causal = 1},
         {.B = 2, .Hq = 4, .Hkv = 4, .Tq = 129, .Tkv = 257, .Dk = 64, .Dv = 48, .causal = 0},
         {.B = 1, .Hq = 8, .Hkv = 2, .Tq = 1, .Tkv = 5000, .Dk = 64, .Dv = 64, .causal = 1},
+        {.B = 1, .Hq = 4, .Hkv = 4, .Tq = 1, .Tkv = 20000, .Dk = 32, .Dv = 32, .causal = 1},
+        {.B = 2, .Hq = 8, .Hkv = 1, .Tq = 7, .Tkv = 3000, .Dk = 64, .Dv = 64, .causal = 1},
+        {.B = 3, .Hq = 4, .Hkv = 2, .Tq = 5, .Tkv = 2000, .Dk = 32, .Dv = 32, .causal = 1,
+         .lens = TH_LENS_PADDED, .sinks = 1, .window = 1, .wl = 700, .dt = {0, 1, 1, 0}},
     };
     for (int s = 0; s < N(shapes); s++) {
         th_case c = shapes[s];
         c.seed = seed_of(s, 0, 10);
         sdpa_stats st1 = {0}, st;
-        float *base = run_threads(&c, 1, &st1);
+        size_t n, n2;
+        unsigned char *base = run_threads(&c, 1, &st1, &n);
         CHECK(base != NULL, "shape %d: 1-thread call failed", s);
         CHECK(st1.threads == 1, "shape %d: num_threads = 1 ran %d threads", s, st1.threads);
-        const size_t n = (size_t)(c.B * c.Hq * c.Tq * (c.Dv + 1));
         for (int i = 1; i < N(counts) && base; i++) {
-            float *x = run_threads(&c, counts[i], &st);
-            CHECK(x && memcmp(x, base, n * sizeof(float)) == 0,
-                  "shape %d: %d threads differ from 1 thread", s, counts[i]);
+            unsigned char *x = run_threads(&c, counts[i], &st, &n2);
+            CHECK(x && memcmp(x, base, n) == 0, "shape %d: %d threads differ from 1 thread", s,
+                  counts[i]);
 #ifdef _OPENMP
             CHECK(st.threads >= 1 && st.threads <= counts[i],
                   "shape %d: stats.threads %d not within the cap %d", s, st.threads, counts[i]);
@@ -148,17 +170,50 @@ void suite_threads(void) {
         }
         free(base);
     }
+    /* GQA grouping: a decode step is one item per K/V head, its rows the g query heads */
+    {
+        th_case c = {.B = 2, .Hq = 32, .Hkv = 8, .Tq = 1, .Tkv = 256, .Dk = 16, .Dv = 16,
+                     .causal = 1};
+        sdpa_stats st = {0};
+        size_t n;
+        free(run_threads(&c, 1, &st, &n));
+        CHECK(st.work_items == c.B * c.Hkv, "decode with 4 query heads per K/V head: %lld items,"
+              " expected %lld (one per K/V head)", (long long)st.work_items,
+              (long long)(c.B * c.Hkv));
+        CHECK(st.blocks_computed == st.work_items * ((c.Tkv + st.block_kv - 1) / st.block_kv),
+              "grouped decode computed %lld blocks", (long long)st.blocks_computed);
+    }
     /* a seed-sized problem never enters a parallel region */
     th_case tiny = {.B = 1, .Hq = 2, .Hkv = 2, .Tq = 6, .Tkv = 6, .Dk = 4, .Dv = 4, .causal = 1};
     sdpa_stats st;
-    free(run_threads(&tiny, 8, &st));
+    size_t n;
+    free(run_threads(&tiny, 8, &st, &n));
     CHECK(st.threads == 1, "a 6x6 attention ran %d threads", st.threads);
 #ifdef _OPENMP
     /* a large one does use the threads it is allowed */
     th_case big = {.B = 1, .Hq = 4, .Hkv = 4, .Tq = 256, .Tkv = 256, .Dk = 64, .Dv = 64};
-    free(run_threads(&big, 2, &st));
+    free(run_threads(&big, 2, &st, &n));
     CHECK(st.threads == 2, "a 4x256x256x64 attention with num_threads = 2 ran %d threads",
           st.threads);
+    /* called from inside the host's parallel region: no nested team, same bits */
+    {
+        size_t nb;
+        unsigned char *ref = run_threads(&big, 1, &st, &nb);
+        int inner_threads = 0, same = 1;
+#pragma omp parallel num_threads(2) reduction(max : inner_threads) reduction(& : same)
+        {
+            sdpa_stats ist = {0};
+            size_t ni;
+            unsigned char *x = run_threads(&big, 0, &ist, &ni);
+            inner_threads = ist.threads;
+            same = x && ref && ni == nb && memcmp(x, ref, nb) == 0;
+            free(x);
+        }
+        CHECK(inner_threads == 1 && same,
+              "inside a parallel region: %d threads per call (must be 1), results %s",
+              inner_threads, same ? "identical" : "DIFFER");
+        free(ref);
+    }
 #endif
 }
 

@@ -210,6 +210,10 @@ static void check_softmax(int m, int n) {
                 x = 90.0f + 10.0f * th_rand_float(&rng); /* exp(x) alone overflows */
             row[j] = x;
         }
+        /* padding: a huge finite score, which a kernel that folds it into the max or the
+         * sum cannot hide (NaN would vanish in a NaN-ignoring max) */
+        for (int j = n; j < lds; j++)
+            row[j] = 1e30f;
         mr[r] = (kind == 0 || kind == 3) ? -INFINITY : 4.0f * th_rand_float(&rng);
         lr[r] = (kind == 0 || kind == 3) ? 0.0f : 1.0f + (float)n * fabsf(th_rand_float(&rng));
         if (kind == 5)
