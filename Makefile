@@ -136,8 +136,11 @@ $(BUILD)/sdpa-cpuinfo: tools/sdpa-cpuinfo.c $(BUILD)/libsdpa.a
 cpuinfo: $(BUILD)/sdpa-cpuinfo
 	./$(BUILD)/sdpa-cpuinfo
 
+$(BUILD)/sdpa-heatmap: tools/sdpa-heatmap.c $(BUILD)/libsdpa.a
+	$(CC) $(BASE_CFLAGS) -o $@ $< $(BUILD)/libsdpa.a $(LDLIBS)
+
 # The plain-C command-line tools (no Google Benchmark needed).
-tools: $(BUILD)/sdpa-demo $(BUILD)/sdpa-cpuinfo $(BUILD)/sdpa-run
+tools: $(BUILD)/sdpa-demo $(BUILD)/sdpa-cpuinfo $(BUILD)/sdpa-run $(BUILD)/sdpa-heatmap
 
 # ---- the benchmark (bench/) and the measuring tools (tools/) ---------------------------
 #   make bench               build and run the standard suite (under 3 minutes on 2 cores):
