@@ -69,6 +69,7 @@ LDLIBS      := $(OMP_LIBS) $(SAN_FLAGS) -lm -lpthread
 # ---- kernel tables -------------------------------------------------------------------
 ISAS_x86_64  := avx2 avx512
 ISAS_aarch64 := neon
+ISAS_arm64   := neon
 SIMD_ISAS := $(foreach i,$(ISAS_$(ARCH)),$(if $(wildcard kernels/$(i)/*.c),$(i)))
 
 # Flags per ISA, and the CPUID/HWCAP bits src/dispatch.c checks for each must cover them.
@@ -92,6 +93,15 @@ TEST_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(TEST_SRCS))
 all: lib tools
 
 lib: $(BUILD)/libsdpa.a $(BUILD)/libsdpa.so
+
+# Everything that changes what an object is: the compiler, the flags, the ISA set. The
+# stamp is rewritten when any of it differs from the last build in $(BUILD), and every
+# object depends on it, so switching CC, CFLAGS or OPENMP, or adding a kernels/<isa>
+# directory, never leaves a stale object behind (dispatch.o once kept an old ISA list).
+CONFIG_LINE  := $(CC) | $(CFLAGS) | OPENMP=$(OPENMP) | SANITIZE=$(SANITIZE) | $(ARCH) | $(SIMD_ISAS)
+CONFIG_STAMP := $(BUILD)/config.stamp
+$(shell mkdir -p $(BUILD) && { test "$$(cat $(CONFIG_STAMP) 2>/dev/null)" = '$(CONFIG_LINE)' || \
+  printf '%s\n' '$(CONFIG_LINE)' > $(CONFIG_STAMP); })
 
 $(BUILD)/obj/src/%.o: src/%.c
 	@mkdir -p $(dir $@)
@@ -245,7 +255,7 @@ compare:
 # nothing. Debian packages: gcc-aarch64-linux-gnu libgomp1-arm64-cross qemu-user.
 AARCH64_CC   ?= aarch64-linux-gnu-gcc
 QEMU_AARCH64 ?= qemu-aarch64 -L /usr/aarch64-linux-gnu
-AARCH64_RUN  := $(if $(wildcard tools/sdpa-run.c),build-aarch64/sdpa-run)
+AARCH64_RUN  := build-aarch64/sdpa-run
 
 .PHONY: test-aarch64
 test-aarch64:
@@ -253,10 +263,8 @@ test-aarch64:
 	  build-aarch64/sdpa-demo $(AARCH64_RUN)
 	OMP_NUM_THREADS=2 $(QEMU_AARCH64) build-aarch64/sdpa-test
 	OMP_NUM_THREADS=1 $(QEMU_AARCH64) -cpu cortex-a72 build-aarch64/sdpa-test
-ifneq ($(AARCH64_RUN),)
 	$(QEMU_AARCH64) $(AARCH64_RUN) --check
 	$(QEMU_AARCH64) -cpu cortex-a72 $(AARCH64_RUN) --check --isa neon --threads 1
-endif
 
 # sdpa.pc is written at install time: its paths are the PREFIX of that install.
 install: lib
@@ -278,5 +286,9 @@ uninstall:
 
 clean:
 	rm -rf build build-*
+
+# Every object depends on the build's configuration stamp (see CONFIG_STAMP).
+$(LIB_OBJS) $(TEST_OBJS) $(BENCH_COBJS) $(BENCH_MAIN): $(CONFIG_STAMP)
+$(CONFIG_STAMP): ;
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
