@@ -119,7 +119,9 @@ sdpa_status sdpa_linear_with(const sdpa_kernels *kt, int64_t M, int64_t N, int64
         const int64_t np = (n0 + kt->bc - 1) / kt->bc;
         for (int64_t pc = 0; pc < K; pc += LINEAR_KC) {
             const int kc = (int)(K - pc < LINEAR_KC ? K - pc : LINEAR_KC);
+#ifdef _OPENMP
 #pragma omp parallel num_threads(nt) if (nt > 1)
+#endif
             {
                 int tid = 0;
 #ifdef _OPENMP
@@ -128,14 +130,18 @@ sdpa_status sdpa_linear_with(const sdpa_kernels *kt, int64_t M, int64_t N, int64
                 float *q = (float *)(void *)(scr + (size_t)tid * per_thread);
                 float *s = (float *)(void *)((char *)q +
                                              rup((size_t)kt->br * (size_t)lp.ldq * sizeof(float), 64));
+#ifdef _OPENMP
 #pragma omp for schedule(static)
+#endif
                 for (int64_t jp = 0; jp < np; jp++) {
                     const int64_t j = jc + jp * kt->bc;
                     const int n = (int)(jc + n0 - j < kt->bc ? jc + n0 - j : kt->bc);
                     kt->pack_k(n, kc, w + j * ldw + pc, ldw, SDPA_F32,
                                wp + (size_t)jp * lp.panel_floats);
                 }
+#ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
+#endif
                 for (int64_t i0 = 0; i0 < M; i0 += kt->br) {
                     const int m = (int)(M - i0 < kt->br ? M - i0 : kt->br);
                     row_block(&lp, q, s, wp, i0, m, jc, n0, pc, kc);
