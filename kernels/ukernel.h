@@ -4,31 +4,44 @@
  *
  * This is what kernels/ and src/ agree on, nothing more. Tile functions are pure and
  * single-threaded: they read their inputs, write only their outputs, keep no state and
- * never allocate. They know nothing of batches, heads, masks, threads or the caller's
- * dtypes; the driver (src/sdpa.c) slices the problem into tiles and calls them.
+ * never allocate. They know nothing of batches, heads, masks, threads or the dtypes of Q
+ * and O; the driver (src/sdpa.c) slices the problem into tiles and calls them.
  *
  * One block step of the online softmax (DESIGN section 4), for a tile of m query rows
  * (m <= br) against n keys (n <= bc):
  *
  *     pack_k   Kp = layout_of_this_isa(fp32(K[j0 .. j0+n, 0 .. dk]))
- *     pack_v   Vp = fp32(V[j0 .. j0+n, 0 .. dv])         only for F16/BF16 storage
  *     qk       S  = scale * Q Kp^T                      m x n, fp32
+ *  or qk_rows  S  = scale * Q fp32(K)^T                 the same, K rows read in place
  *     (driver) S[r][j] = -inf where key j is masked for row r
  *     softmax  mx = max(m_run, rowmax S); mu = (mx == -inf ? 0 : mx)
  *              S  = exp(S - mu); alpha = exp(m_run - mu)
  *              l_run = alpha * l_run + rowsum S; m_run = mx
- *     pv       O  = alpha * O + S V                     m x dv, fp32
+ *     pv       O  = alpha * O + S fp32(V)               m x dv, fp32, V rows read in place
+ *
+ * Two ways to QK^T, because their costs scale differently with m. pack_k + qk transposes
+ * K once per block (a quarter of a shuffle per element of K: 32 per key at dk = 128)
+ * and then streams whole vectors of keys against broadcast Q: right for many rows
+ * (prefill), where the pack is amortised. qk_rows reads K rows as they are and reduces
+ * each row-by-key product across its vector lanes with a transposing tree (about two
+ * shuffles and one add per score, whatever dk): right for the few rows of decode, where
+ * the pack cost more than the QK^T it fed. The driver picks by the most rows an item of
+ * the call has (src/sdpa.c, QK_ROWS_MAX, with its measurements).
  *
  * Strides (ld*) are in elements of the pointed-to type. Pointers into caller memory (k,
  * v) may be aligned only to their element size and must not be read past the last
  * element of the last row (the guard-page tests enforce this); pointers into driver
- * scratch (q, kp, vp, s, o, m_run, l_run, alpha) are 64-byte aligned and their rows are
+ * scratch (q, kp, s, o, m_run, l_run, alpha) are 64-byte aligned and their rows are
  * ld apart, with ld a multiple of 16 floats, with two exceptions where a block crosses
  * the causal diagonal and the driver calls a kernel on part of the tile: m_run, l_run
  * and alpha may then start at any row, and pv's p at any column of a row (its rows are
  * still ldp apart). No table may use alignment-requiring loads or stores on those three
  * or on p. Scratch padding (columns between the logical width and ld) holds unspecified
  * values on entry; a kernel may use it only where the function's text says so.
+ *
+ * K and V are stored as dt (SDPA_F32, SDPA_F16 or SDPA_BF16) and widened to fp32 exactly
+ * wherever a kernel reads them (in registers, or while packing), so 16-bit storage is
+ * never copied whole and a kernel reads half the bytes of fp32.
  */
 #ifndef SDPA_UKERNEL_H
 #define SDPA_UKERNEL_H
@@ -38,6 +51,16 @@
 
 #include "sdpa.h"
 
+/* Decode reads K and V once, from DRAM, with little arithmetic per byte to hide the
+ * latency behind. Kernels that stream caller rows in decode (qk_rows, and pv for few
+ * rows) prefetch the row this many bytes of row data ahead of the one they are on
+ * (within their call), and the driver prefetches the first this-many bytes of a block's
+ * V before qk_rows and of the next block's K before pv, where no kernel's own prefetch
+ * reaches. One 4 KiB page: the hardware prefetchers stop at page boundaries, and 2 or
+ * 8 KiB measured up to 15% (1 thread) and 30% (f16, 2 threads, 8 KiB) slower than 4 on
+ * the development machine (decode-long). */
+#define SDPA_PREFETCH_AHEAD 4096
+
 typedef struct sdpa_kernels {
     sdpa_isa isa;      /* which ISA this table is */
     const char *name;  /* sdpa_isa_name(isa) */
@@ -46,16 +69,9 @@ typedef struct sdpa_kernels {
     int kp_align;      /* pack_k pads the key count up to a multiple of this */
 
     /* Kp <- the n x dk block of K whose rows are ldk elements apart, converted from dt
-     * (SDPA_F32, SDPA_F16 or SDPA_BF16; the conversions are exact) to fp32 and laid out
-     * in this table's own format. Kp holds round_up(n, kp_align) * dk floats; padding
-     * keys are packed as zeros. */
+     * to fp32 and laid out in this table's own format. Kp holds round_up(n, kp_align) *
+     * dk floats; padding keys are packed as zeros. */
     void (*pack_k)(int n, int dk, const void *k, int64_t ldk, sdpa_dtype dt, float *kp);
-
-    /* Vp[j][0 .. dv) <- V[j][0 .. dv) converted from dt to fp32, for j < n; V rows ldv
-     * elements apart, Vp rows ldvp floats apart. The driver calls it only for V stored
-     * as F16/BF16 (fp32 V is read in place by pv). */
-    void (*pack_v)(int n, int dv, const void *v, int64_t ldv, sdpa_dtype dt, float *vp,
-                   int ldvp);
 
     /* S[r][j] = scale * sum_d Q[r][d] * K[j][d] for r < m, j < n, from the packed Kp.
      * Q rows are ldq apart, S rows lds apart. Columns of S at and beyond n may be
@@ -63,16 +79,24 @@ typedef struct sdpa_kernels {
     void (*qk)(int m, int n, int dk, float scale, const float *q, int ldq, const float *kp,
                float *s, int lds);
 
+    /* S[r][j] = scale * sum_d Q[r][d] * fp32(K[j][d]) for r < m, j < n (any m, n >= 1),
+     * reading the rows of K (ldk elements apart, stored as dt) in place. Only columns
+     * [0, n) of S's rows are written. A row's scores are the same bits whatever m is and
+     * whichever rows share the call, so the driver may run a band of an item's rows
+     * (and the attention weights recompute exactly the forward pass's scores). */
+    void (*qk_rows)(int m, int n, int dk, float scale, const float *q, int ldq, const void *k,
+                    int64_t ldk, sdpa_dtype dt, float *s, int lds);
+
     /* The online-softmax step above on m rows of n scores, in place (S becomes P).
      * NaN scores propagate to l_run; -inf scores become exactly 0. */
     void (*softmax)(int m, int n, float *s, int lds, float *m_run, float *l_run,
                     float *alpha);
 
-    /* O[r][:dv] = alpha[r] * O[r][:dv] + sum_{j<n} P[r][j] * V[j][:dv] for r < m.
-     * alpha == NULL means no rescale (O += P V). V rows are ldv apart (caller memory or
-     * pack_v's output), P rows ldp apart, O rows ldo apart. */
-    void (*pv)(int m, int n, int dv, const float *p, int ldp, const float *v, int64_t ldv,
-               const float *alpha, float *o, int ldo);
+    /* O[r][:dv] = alpha[r] * O[r][:dv] + sum_{j<n} P[r][j] * fp32(V[j][:dv]) for r < m.
+     * alpha == NULL means no rescale (O += P V). V rows are ldv elements apart in caller
+     * memory, stored as dt; P rows ldp apart, O rows ldo apart. */
+    void (*pv)(int m, int n, int dv, const float *p, int ldp, const void *v, int64_t ldv,
+               sdpa_dtype dt, const float *alpha, float *o, int ldo);
 
     /* y[i] = exp(x[i]) for i < n, the same exp softmax uses (y may equal x; neither
      * needs any alignment, and nothing past x[n-1]/y[n-1] is touched). exp(-inf) = 0,

@@ -15,7 +15,7 @@
  *   - plain: Br consecutive query rows i of one query head h;
  *   - grouped (GQA with Tq <= GROUP_TQ_MAX, i.e. decode, speculative decoding, small
  *     chunked prefill): the g = Hq/Hkv heads sharing hk, row r = (i = r / g, h = hk g +
- *     r % g), so each K/V block is packed and read once for all g heads.
+ *     r % g), so each K/V block is read once for all g heads.
  * Row r of sequence b sees keys [lo_r, hi_r) (sdpa_row_range: length, causal, window)
  * minus those an explicit mask hides. The item's key range is the union [ulo, uhi).
  *
@@ -24,7 +24,7 @@
  *   m_r = -inf, l_r = 0, O_r = 0
  *   for key block [j0, j1) = [ja, jb) cut at multiples of Bc (at most Bc keys):
  *       skip it if an explicit mask hides all of it from every row
- *       S = scale Q K^T                                       pack_k, qk
+ *       S = scale Q K^T                                       qk_rows, or pack_k + qk
  *       S = cap tanh(S / cap)                                 softcap (if on)
  *       S -= slope_h |d(i_r) - j|                             ALiBi (if on)
  *       S += M[b, h, i, j]                                    additive mask (if any)
@@ -34,7 +34,7 @@
  *       P = exp(S - mu);  alpha_r = exp(m_r - mu_r)          softmax
  *       l_r = alpha_r l_r + sum_j P_rj;  m_r = mx_r
  *       P_rj = P_rj keep(b, h, i, j) / (1 - p)                dropout (if on; philox.h)
- *       O_r = alpha_r O_r + sum_j P_rj V_j                   pv
+ *       O_r = alpha_r O_r + sum_j P_rj V_j                   pv (V read in place)
  *
  * A hidden key's P is exactly 0, but 0 * V is NaN when V is inf or NaN: in a block with
  * hidden keys the driver checks the block's V rows are finite and, if one is not, runs
@@ -80,12 +80,23 @@
  * each packed K block. */
 #define GROUP_TQ_MAX 16
 
+/* Items of at most this many rows compute QK^T with qk_rows on K in place; larger ones
+ * pack K once per block for qk (kernels/ukernel.h says why the costs cross). Measured on
+ * the development machine (AVX-512, Dk = 128, 1 thread, qk_rows against pack + qk):
+ * K/V from DRAM (Tkv 16384, 8 K/V heads), 16 rows 1.33x faster, 32 rows 1.10x, 48 and 64
+ * rows even; K/V in cache (Tkv 2048, 1 head), 16 rows even, 32 rows 0.91x. */
+#define QK_ROWS_MAX 16
+
 /* Split-KV: considered when a call has fewer items than this (enough to keep 64 threads
  * busy without splitting), in chunks of at least this many keys (a multiple of every
- * table's Bc, so chunks cut no block), with at most SPLIT_PARTIAL_FLOATS floats of
+ * table's Bc, so chunks cut no block), into about SPLIT_UNITS units in all (4 per thread
+ * at 64 threads, for the dynamic schedule to balance; more only adds per-unit work: the
+ * Q gather, the partial's store and merge; decode-long at 2 threads went from 1024 units
+ * of 512 keys to 256 of 2048 and 5% faster), with at most SPLIT_PARTIAL_FLOATS floats of
  * partial results per call (the split is then coarser). */
 #define SPLIT_ITEMS_MAX 64
 #define SPLIT_CHUNK_MIN 512
+#define SPLIT_UNITS 256
 #define SPLIT_PARTIAL_FLOATS ((int64_t)1 << 23)
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -109,7 +120,8 @@ typedef struct plan {
     int64_t chunk;        /* split-KV chunk in keys; 0 = no split */
     int64_t nchunks;      /* chunks per item when split, else 1 */
     int64_t units;        /* items * nchunks */
-    int ldq, lds, ldo, ldvp;
+    int ldq, lds, ldo;
+    int k_in_place;       /* QK^T by qk_rows on K in place, not pack_k + qk */
     int explicit_mask;    /* an explicit mask or a modifier makes every block need work
                              beyond qk/softmax/pv */
     size_t scratch_bytes; /* per thread */
@@ -129,7 +141,7 @@ typedef struct rows {
 /* Per-thread scratch, carved from one allocation: every array on a 64-byte line, every
  * leading dimension a multiple of 16 floats (ukernel.h). */
 typedef struct scratch {
-    float *q, *kp, *s, *o, *vp;
+    float *q, *kp, *s, *o;
     float *m, *l, *alpha, *tmp;
     int64_t *h, *i, *lo, *hi;
     unsigned char *hidden; /* Br x Bc: key hidden from the row, in a masked block */
@@ -138,7 +150,8 @@ typedef struct scratch {
 static size_t scratch_layout(const plan *pl, char *base, scratch *w) {
     const sdpa_problem *p = pl->p;
     const size_t br = (size_t)pl->br, bc = (size_t)pl->bc;
-    const size_t kp = round_up((size_t)pl->bc, (size_t)pl->kt->kp_align) * (size_t)p->Dk;
+    const size_t kp = pl->k_in_place ? 0
+                      : round_up((size_t)pl->bc, (size_t)pl->kt->kp_align) * (size_t)p->Dk;
     size_t off = 0;
 #define CARVE(field, type, count)                                            \
     do {                                                                     \
@@ -150,7 +163,6 @@ static size_t scratch_layout(const plan *pl, char *base, scratch *w) {
     CARVE(kp, float, kp);
     CARVE(s, float, br * (size_t)pl->lds);
     CARVE(o, float, br * (size_t)pl->ldo);
-    CARVE(vp, float, p->vt == SDPA_F32 ? 0 : bc * (size_t)pl->ldvp);
     CARVE(m, float, br);
     CARVE(l, float, br);
     CARVE(alpha, float, br);
@@ -374,18 +386,27 @@ static void dropout_block(const plan *pl, const rows *it, const scratch *w, int 
     }
 }
 
-/* 1 if every element of the block's V rows is finite (so 0 * V is 0). */
-static int v_block_finite(const float *v, int64_t ldv, int n, int dv) {
+/* 1 if every element of the block's V rows (stored as dt) is finite, so 0 * V is 0: no
+ * element has an all-ones exponent field (binary32 0x7f800000, binary16 0x7c00,
+ * bfloat16 0x7f80). */
+static int v_block_finite(const char *v, int64_t ldv, sdpa_dtype dt, int n, int dv) {
     uint32_t acc = 0;
     for (int j = 0; j < n; j++) {
-        const float *row = v + (int64_t)j * ldv;
-        uint32_t all = 0x7f800000u;
-        for (int d = 0; d < dv; d++) {
-            uint32_t u;
-            memcpy(&u, &row[d], sizeof u);
-            all &= (u & 0x7f800000u) == 0x7f800000u ? 0u : 0x7f800000u;
+        const char *row = v + (size_t)(j * ldv) * esize(dt);
+        if (dt == SDPA_F32) {
+            for (int d = 0; d < dv; d++) {
+                uint32_t u;
+                memcpy(&u, row + 4 * (size_t)d, sizeof u);
+                acc |= (u & 0x7f800000u) == 0x7f800000u;
+            }
+        } else {
+            const uint16_t ex = dt == SDPA_F16 ? 0x7c00u : 0x7f80u;
+            for (int d = 0; d < dv; d++) {
+                uint16_t h;
+                memcpy(&h, row + 2 * (size_t)d, sizeof h);
+                acc |= (h & ex) == ex;
+            }
         }
-        acc |= all ^ 0x7f800000u;
     }
     return acc == 0;
 }
@@ -395,6 +416,18 @@ static int v_block_finite(const float *v, int64_t ldv, int n, int dv) {
  * prefill-causal. */
 #define RANGE_ROW_GROUP 8
 
+/* Key j of a block of V rows starting at v (caller memory, stored as the problem's vt). */
+static const char *v_row(const plan *pl, const char *v, int64_t j) {
+    return v + (size_t)(j * pl->p->vs[2]) * esize(pl->p->vt);
+}
+
+/* O rows += (rescaled by alpha unless NULL) P rows x n V rows from v: the table's pv on
+ * the scratch rows starting at S row p and O row o. */
+static void pv_call(const plan *pl, int m, int n, const float *p, const char *v,
+                    const float *alpha, float *o) {
+    pl->kt->pv(m, n, (int)pl->p->Dv, p, pl->lds, v, pl->p->vs[2], pl->p->vt, alpha, o, pl->ldo);
+}
+
 /* P V of rows [ra, rb) of a block where each row sees one contiguous range [a_r, e_r) of
  * its keys (causal diagonal, window edges): exact without touching a hidden key's V.
  * Runs of rows that see the whole block take one plain pv call; the others go in groups
@@ -402,8 +435,7 @@ static int v_block_finite(const float *v, int64_t ldv, int n, int dv) {
  * extra keys beyond it run row by row. A row that sees none of the block is skipped: its
  * step is the identity. */
 static void pv_ranges(const plan *pl, const rows *it, const scratch *w, int ra, int rb,
-                      int64_t j0, int n, const float *v, int64_t ldv) {
-    const sdpa_kernels *kt = pl->kt;
+                      int64_t j0, int n, const char *v) {
     const int Dv = (int)pl->p->Dv;
     int r = ra;
     while (r < rb) {
@@ -413,8 +445,8 @@ static void pv_ranges(const plan *pl, const rows *it, const scratch *w, int ra, 
             int r1 = r + 1;
             while (r1 < rb && (row_cut(it, w, r1, j0, n, &a, &e), a == 0 && e == n))
                 r1++;
-            kt->pv(r1 - r, n, Dv, w->s + (size_t)r * (size_t)pl->lds, pl->lds, v, ldv,
-                   w->alpha + r, w->o + (size_t)r * (size_t)pl->ldo, pl->ldo);
+            pv_call(pl, r1 - r, n, w->s + (size_t)r * (size_t)pl->lds, v, w->alpha + r,
+                    w->o + (size_t)r * (size_t)pl->ldo);
             r = r1;
             continue;
         }
@@ -432,9 +464,8 @@ static void pv_ranges(const plan *pl, const rows *it, const scratch *w, int ra, 
         }
         const int common = A < E;
         if (common)
-            kt->pv(g1 - r, E - A, Dv, w->s + (size_t)r * (size_t)pl->lds + A, pl->lds,
-                   v + (int64_t)A * ldv, ldv, w->alpha + r, w->o + (size_t)r * (size_t)pl->ldo,
-                   pl->ldo);
+            pv_call(pl, g1 - r, E - A, w->s + (size_t)r * (size_t)pl->lds + A, v_row(pl, v, A),
+                    w->alpha + r, w->o + (size_t)r * (size_t)pl->ldo);
         for (int q = r; q < g1; q++) {
             const int qa = ga[q - r], qe = ge[q - r];
             const float *prow = w->s + (size_t)q * (size_t)pl->lds;
@@ -444,16 +475,13 @@ static void pv_ranges(const plan *pl, const rows *it, const scratch *w, int ra, 
             if (!common) { /* its whole range, after the rescale no common call did */
                 for (int d = 0; d < Dv; d++)
                     orow[d] *= w->alpha[q];
-                kt->pv(1, qe - qa, Dv, prow + qa, pl->lds, v + (int64_t)qa * ldv, ldv, NULL,
-                       orow, pl->ldo);
+                pv_call(pl, 1, qe - qa, prow + qa, v_row(pl, v, qa), NULL, orow);
                 continue;
             }
             if (qa < A) /* left of the common range */
-                kt->pv(1, A - qa, Dv, prow + qa, pl->lds, v + (int64_t)qa * ldv, ldv, NULL,
-                       orow, pl->ldo);
+                pv_call(pl, 1, A - qa, prow + qa, v_row(pl, v, qa), NULL, orow);
             if (qe > E) /* right of it */
-                kt->pv(1, qe - E, Dv, prow + E, pl->lds, v + (int64_t)E * ldv, ldv, NULL, orow,
-                       pl->ldo);
+                pv_call(pl, 1, qe - E, prow + E, v_row(pl, v, E), NULL, orow);
         }
         r = g1;
     }
@@ -462,7 +490,7 @@ static void pv_ranges(const plan *pl, const rows *it, const scratch *w, int ra, 
 /* P V over only the keys each row sees: the exact path for a masked block whose V holds
  * inf or NaN. */
 static void pv_visible_only(const plan *pl, const scratch *w, int ra, int rb, int n,
-                            const float *v, int64_t ldv) {
+                            const char *v) {
     const int Dv = (int)pl->p->Dv;
     for (int r = ra; r < rb; r++) {
         float *orow = w->o + (size_t)r * (size_t)pl->ldo;
@@ -478,8 +506,7 @@ static void pv_visible_only(const plan *pl, const scratch *w, int ra, int rb, in
             int e = j;
             while (e < n && !hid[e])
                 e++;
-            pl->kt->pv(1, e - j, Dv, prow + j, pl->lds, v + (int64_t)j * ldv, ldv, NULL, orow,
-                       pl->ldo);
+            pv_call(pl, 1, e - j, prow + j, v_row(pl, v, j), NULL, orow);
             j = e;
         }
     }
@@ -508,14 +535,38 @@ static void gather_q(const plan *pl, const rows *it, const scratch *w) {
     }
 }
 
-/* Ask for rows [0, n) (ld bytes apart, `bytes` long) to be in cache soon: the next key
- * block's K and V while this one computes. Without it a decode step (a few rows against
- * a long cache, nothing to hide the latency behind) read K/V at a third of the DRAM
- * bandwidth. __builtin_prefetch (gcc, clang) needs no ISA flag. */
-static void prefetch_rows(const char *base, int64_t ld, int n, size_t bytes) {
-    for (int j = 0; j < n; j++)
+/* Ask for the first SDPA_PREFETCH_AHEAD bytes of rows (at most n of them, `bytes` long,
+ * ld bytes apart) to be in cache soon: the start of a block of K or V, which the
+ * kernels' own prefetching (rows ahead within their call) does not reach. Decode-long at
+ * 1 thread, f16: 15 -> 17 GB/s. Prefetching whole next blocks instead (64 KiB at fp32,
+ * in one burst) ran 20% slower than none at all once the kernels read rows in address
+ * order: the burst fills the miss buffers ahead of the current block's loads.
+ * __builtin_prefetch (gcc, clang) needs no ISA flag. */
+static void prefetch_head(const char *base, int64_t ld, int n, size_t bytes) {
+    const int nr = (int)min64(n, (int64_t)(SDPA_PREFETCH_AHEAD / bytes) + 1);
+    for (int j = 0; j < nr; j++)
         for (size_t off = 0; off < bytes; off += 64) /* 64-byte lines on x86-64 and arm64 */
             __builtin_prefetch(base + (int64_t)j * ld + (int64_t)off, 0, 3);
+}
+
+/* S rows [ra, rb) = scale Q K^T for the n keys of K from kblock (caller memory): K
+ * rows read in place by qk_rows for plans of few rows, else packed by pack_k for qk.
+ * The choice is the plan's, never the block's, so the forward pass and the attention
+ * weights compute every score the same way (both kernels give a row the same bits
+ * whichever rows share the call). */
+static void block_scores(const plan *pl, const scratch *w, const char *kblock, int n, int ra,
+                         int rb) {
+    const sdpa_problem *p = pl->p;
+    const sdpa_kernels *kt = pl->kt;
+    const float *q = w->q + (size_t)ra * (size_t)pl->ldq;
+    float *s = w->s + (size_t)ra * (size_t)pl->lds;
+    if (pl->k_in_place) {
+        kt->qk_rows(rb - ra, n, (int)p->Dk, p->scale, q, pl->ldq, kblock, p->ks[2], p->kt, s,
+                    pl->lds);
+        return;
+    }
+    kt->pack_k(n, (int)p->Dk, kblock, p->ks[2], p->kt, w->kp);
+    kt->qk(rb - ra, n, (int)p->Dk, p->scale, q, pl->ldq, w->kp, s, pl->lds);
 }
 
 /* Run keys [ja, jb) of item it; leaves m, l, O of its real rows in w. */
@@ -565,41 +616,28 @@ static void run_keys(const plan *pl, const rows *it, const scratch *w, int64_t j
         const int mb = rb - ra;
         float *s_ra = w->s + (size_t)ra * (size_t)pl->lds;
         c->computed++;
-        if (j1 < jb)
-            prefetch_rows(kbase + (size_t)(j1 * p->ks[2]) * kes, p->ks[2] * (int64_t)kes,
-                          (int)min64(jb - j1, pl->bc), (size_t)Dk * kes);
-        if (j1 < jb)
-            prefetch_rows(vbase + (size_t)(j1 * p->vs[2]) * ves, p->vs[2] * (int64_t)ves,
-                          (int)min64(jb - j1, pl->bc), (size_t)Dv * ves);
-        kt->pack_k(n, Dk, kbase + (size_t)(j0 * p->ks[2]) * kes, p->ks[2], p->kt, w->kp);
-        kt->qk(mb, n, Dk, p->scale, w->q + (size_t)ra * (size_t)pl->ldq, pl->ldq, w->kp, s_ra,
-               pl->lds);
+        const char *v = v_row(pl, vbase, j0);
+        /* n > 1 only when the view has two rows or more, which bounds the row stride's
+         * bytes (validate.c); a single row's stride is unbounded (INT64_MAX passes,
+         * multiplied by 0) and would overflow here, so it is not used */
+        prefetch_head(v, n > 1 ? p->vs[2] * (int64_t)ves : 0, n, (size_t)Dv * ves);
+        block_scores(pl, w, kbase + (size_t)(j0 * p->ks[2]) * kes, n, ra, rb);
         const int masked = plain ? 0 : prepare_block(pl, it, w, ra, rb, j0, n);
-        const float *v;
-        int64_t ldv;
-        if (p->vt == SDPA_F32) {
-            v = (const float *)(const void *)(vbase + (size_t)(j0 * p->vs[2]) * ves);
-            ldv = p->vs[2];
-        } else {
-            kt->pack_v(n, Dv, vbase + (size_t)(j0 * p->vs[2]) * ves, p->vs[2], p->vt, w->vp,
-                       pl->ldvp);
-            v = w->vp;
-            ldv = pl->ldvp;
-        }
         kt->softmax(mb, n, s_ra, pl->lds, w->m + ra, w->l + ra, w->alpha + ra);
+        if (j1 < jb)
+            prefetch_head(kbase + (size_t)(j1 * p->ks[2]) * kes, p->ks[2] * (int64_t)kes,
+                          (int)min64(jb - j1, pl->bc), (size_t)Dk * kes);
         if (p->dropout_p != 0.0f)
             dropout_block(pl, it, w, ra, rb, j0, n);
         if (masked & MASKED_EXPLICIT) {
-            if (v_block_finite(v, ldv, n, Dv))
-                kt->pv(mb, n, Dv, s_ra, pl->lds, v, ldv, w->alpha + ra,
-                       w->o + (size_t)ra * (size_t)pl->ldo, pl->ldo);
+            if (v_block_finite(v, p->vs[2], p->vt, n, Dv))
+                pv_call(pl, mb, n, s_ra, v, w->alpha + ra, w->o + (size_t)ra * (size_t)pl->ldo);
             else
-                pv_visible_only(pl, w, ra, rb, n, v, ldv);
+                pv_visible_only(pl, w, ra, rb, n, v);
         } else if (masked) {
-            pv_ranges(pl, it, w, ra, rb, j0, n, v, ldv);
+            pv_ranges(pl, it, w, ra, rb, j0, n, v);
         } else
-            kt->pv(mb, n, Dv, s_ra, pl->lds, v, ldv, w->alpha + ra,
-                   w->o + (size_t)ra * (size_t)pl->ldo, pl->ldo);
+            pv_call(pl, mb, n, s_ra, v, w->alpha + ra, w->o + (size_t)ra * (size_t)pl->ldo);
         c->masked += masked != 0;
         j0 = j1;
     }
@@ -769,14 +807,16 @@ static void plan_make(plan *pl, const sdpa_kernels *kt, const sdpa_problem *p, i
     pl->ldq = (int)round_up((size_t)p->Dk, 16);
     pl->lds = (int)round_up(round_up((size_t)kt->bc, (size_t)kt->kp_align), 16);
     pl->ldo = (int)round_up((size_t)p->Dv, 16);
-    pl->ldvp = pl->ldo;
+    pl->k_in_place = pl->mrows <= QK_ROWS_MAX;
 
     /* Split-KV, from the shape alone (never the thread count): chunks of at least
-     * SPLIT_CHUNK_MIN keys, as many as fit SPLIT_PARTIAL_FLOATS of partials. */
+     * SPLIT_CHUNK_MIN keys, about SPLIT_UNITS units, as many as fit SPLIT_PARTIAL_FLOATS
+     * of partials. */
     pl->nchunks = 1;
     if (allow_split && pl->items > 0 && pl->items < SPLIT_ITEMS_MAX &&
         tkv_max >= 2 * SPLIT_CHUNK_MIN) {
         int64_t nch = tkv_max / SPLIT_CHUNK_MIN;
+        nch = min64(nch, ceil_div(SPLIT_UNITS, pl->items));
         const int64_t fit = SPLIT_PARTIAL_FLOATS / ((int64_t)partial_floats(pl) * pl->items);
         nch = min64(nch, fit);
         if (nch >= 2) {
@@ -977,7 +1017,7 @@ static void weights_item(const plan *pl, const scratch *w, int64_t t, float *out
     const sdpa_kernels *kt = pl->kt;
     rows it;
     item_rows(pl, w, t, &it);
-    const int m = it.mvalid, Dk = (int)p->Dk;
+    const int m = it.mvalid;
     if (m == 0 || it.ulo >= it.uhi)
         return;
     gather_q(pl, &it, w);
@@ -989,8 +1029,7 @@ static void weights_item(const plan *pl, const scratch *w, int64_t t, float *out
         const int64_t j1 = min64((j0 / pl->bc + 1) * pl->bc, it.uhi);
         const int n = (int)(j1 - j0);
         if (!block_fully_hidden(pl, &it, w, j0, n)) {
-            kt->pack_k(n, Dk, kbase + (size_t)(j0 * p->ks[2]) * kes, p->ks[2], p->kt, w->kp);
-            kt->qk(m, n, Dk, p->scale, w->q, pl->ldq, w->kp, w->s, pl->lds);
+            block_scores(pl, w, kbase + (size_t)(j0 * p->ks[2]) * kes, n, 0, m);
             prepare_block(pl, &it, w, 0, m, j0, n);
             for (int r = 0; r < m; r++) {
                 const float lse = p->lse[vb * p->lse_sb + w->h[r] * p->lse_sh + it.seq.q0 + w->i[r]];
@@ -1024,14 +1063,18 @@ sdpa_status sdpa_weights_with(const sdpa_kernels *kt, const sdpa_problem *p, flo
     const int64_t VB = p->cu_q ? 1 : p->B;
     memset(weights, 0, (size_t)(VB * p->Hq * p->Tq * p->Tkv) * sizeof(float));
     run_ctx x = {&pl, buf, NULL};
+#ifdef _OPENMP
 #pragma omp parallel num_threads(nt) if (nt > 1)
+#endif
     {
         int tid = 0;
 #ifdef _OPENMP
         tid = omp_get_thread_num();
 #endif
         const scratch w = thread_scratch(&x, tid);
+#ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
+#endif
         for (int64_t t = 0; t < pl.items; t++)
             weights_item(&pl, &w, t, weights);
     }

@@ -185,6 +185,155 @@ static void test_qk(void) {
                      dks[a] + 1, dts[t], -0.5f);
 }
 
+/* ---- qk_rows -------------------------------------------------------------------- */
+
+/* qk_rows on m rows against n keys read in place: each score within the dot-product
+ * bound; nothing written outside S[0..m)[0..n); and every row's scores the same bits
+ * when the call covers only rows [1, m) (the band calls of the driver, the attention
+ * weights' recomputation). */
+static void check_qk_rows(int m, int n, int dk, int64_t ldk, sdpa_dtype dt, float scale) {
+    const int ldq = (int)rup((size_t)dk, 16), lds = (int)rup((size_t)n, 16);
+    float *kx = malloc((size_t)n * (size_t)dk * sizeof(float));
+    void *k = caller_rows(n, dk, ldk, dt, kx);
+    float *q = scratch_alloc((size_t)m * (size_t)ldq);
+    for (int r = 0; r < m; r++)
+        for (int d = 0; d < ldq; d++) /* padding is NaN: reading it poisons S */
+            q[(size_t)r * (size_t)ldq + (size_t)d] = d < dk ? th_rand_float(&rng) : NAN;
+    const size_t sn = (size_t)m * (size_t)lds;
+    float *s = scratch_alloc(sn), *s2 = scratch_alloc(sn);
+
+    kt->qk_rows(m, n, dk, scale, q, ldq, k, ldk, dt, s, lds);
+    if (m > 1)
+        kt->qk_rows(m - 1, n, dk, scale, q + ldq, ldq, k, ldk, dt, s2 + lds, lds);
+
+    double worst = 0;
+    int bad = 0, spill = 0, band = 0;
+    for (int r = 0; r < m; r++)
+        for (int j = 0; j < lds; j++) {
+            const float got = s[(size_t)r * (size_t)lds + (size_t)j];
+            if (j >= n) { /* beyond the keys: must be untouched */
+                spill |= !is_sentinel(got);
+                if (r > 0)
+                    spill |= !is_sentinel(s2[(size_t)r * (size_t)lds + (size_t)j]);
+                continue;
+            }
+            if (r > 0)
+                band |= sdpa_bits_from_f32(got) !=
+                        sdpa_bits_from_f32(s2[(size_t)r * (size_t)lds + (size_t)j]);
+            double exact = 0, mag = 0;
+            for (int d = 0; d < dk; d++) {
+                const double t = (double)q[(size_t)r * (size_t)ldq + (size_t)d] *
+                                 (double)kx[(size_t)j * (size_t)dk + (size_t)d];
+                exact += t;
+                mag += fabs(t);
+            }
+            exact *= scale;
+            const double tol = (dk + 3) * U * fabs((double)scale) * mag + 1e-37;
+            const double err = fabs((double)got - exact);
+            bad |= !(err <= tol);
+            if (err > worst && mag > 0)
+                worst = err / (fabs((double)scale) * mag);
+        }
+    spill |= !guards_intact(s, sn) || !guards_intact(s2, sn) ||
+             !guards_intact(q, (size_t)m * (size_t)ldq);
+    for (int j = 0; j < lds; j++) /* the band call left row 0 alone */
+        spill |= !is_sentinel(s2[j]);
+    CHECK(!bad, "%s qk_rows m=%d n=%d dk=%d ldk=%lld %s: an element is off (worst %.3g of |q||k|)",
+          kt->name, m, n, dk, (long long)ldk, dtype_name(dt), worst);
+    CHECK(!spill, "%s qk_rows m=%d n=%d dk=%d %s: wrote outside S[m][n]", kt->name, m, n, dk,
+          dtype_name(dt));
+    CHECK(!band,
+          "%s qk_rows m=%d n=%d dk=%d %s: a row's scores change with the rows sharing the call",
+          kt->name, m, n, dk, dtype_name(dt));
+    scratch_free(q);
+    scratch_free(s);
+    scratch_free(s2);
+    th_free(k);
+    free(kx);
+}
+
+static void test_qk_rows(void) {
+    static const int ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17, 32};
+    int ns[48];
+    const int nn = edge_sizes(kt->bc, ns);
+    static const int dks[] = {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 64, 80, 96, 128, 256};
+    static const sdpa_dtype dts[] = {SDPA_F32, SDPA_F16, SDPA_BF16};
+    /* every m x n at a few head dims and every storage type, K rows padded apart */
+    static const int full_dk[] = {1, 17, 128};
+    for (int t = 0; t < N(dts); t++)
+        for (int a = 0; a < N(full_dk); a++)
+            for (int i = 0; i < N(ms); i++)
+                for (int j = 0; j < nn; j++)
+                    check_qk_rows(ms[i], ns[j], full_dk[a], full_dk[a] + (j & 1) * 3, dts[t],
+                                  0.125f);
+    /* every head dim at a few tile corners */
+    for (int t = 0; t < N(dts); t++)
+        for (int a = 0; a < N(dks); a++) {
+            const int corners[][2] = {{1, 1}, {4, kt->bc}, {8, kt->bc - 1 > 0 ? kt->bc - 1 : 1},
+                                      {3, 17}, {5, 33}};
+            for (int c = 0; c < N(corners); c++)
+                check_qk_rows(corners[c][0], corners[c][1], dks[a], dks[a] + c % 2, dts[t],
+                              1.0f / sqrtf((float)dks[a]));
+        }
+}
+
+/* ---- exact widening --------------------------------------------------------------- */
+
+/* Every one of the 65536 16-bit patterns of F16 and BF16 widened by qk_rows and pv must
+ * be the exact conversion of kernels/convert.h: qk_rows with dk = 1 and q = 1 computes
+ * 1 * k exactly (the reduction adds zeros: only a -0 may come out +0), pv with p = 1 onto
+ * O = -0 computes -0 + 1 * v = v exactly; a NaN keeps its payload (quietened). The
+ * forward-error tests cannot see a wrong subnormal or NaN; this does. */
+static void test_widening(void) {
+    enum { PATTERNS = 65536, CHUNK = 64 };
+    static const sdpa_dtype dts[] = {SDPA_F16, SDPA_BF16};
+    for (int t = 0; t < N(dts); t++) {
+        const sdpa_dtype dt = dts[t];
+        uint16_t *all = th_alloc(PATTERNS * sizeof(uint16_t), TH_GUARD_AFTER);
+        for (int i = 0; i < PATTERNS; i++)
+            all[i] = (uint16_t)i;
+        float *q = scratch_alloc(16), *s = scratch_alloc(CHUNK);
+        float *o = scratch_alloc(PATTERNS), *p = scratch_alloc(16);
+        q[0] = 1.0f;
+        p[0] = 1.0f;
+        for (int i = 1; i < 16; i++)
+            q[i] = p[i] = NAN; /* padding the kernels must not read */
+        int bad_qk = 0, bad_pv = 0, first = -1;
+        for (int i = 0; i < PATTERNS; i++)
+            o[i] = -0.0f;
+        kt->pv(1, 1, PATTERNS, p, 16, all, PATTERNS, dt, NULL, o, PATTERNS);
+        for (int c = 0; c < PATTERNS; c += CHUNK) {
+            kt->qk_rows(1, CHUNK, 1, 1.0f, q, 16, all + c, 1, dt, s, CHUNK);
+            for (int i = 0; i < CHUNK; i++) {
+                const float want = dt == SDPA_F16 ? sdpa_f16_to_f32(all[c + i])
+                                                  : sdpa_bf16_to_f32(all[c + i]);
+                /* arithmetic on a signalling NaN (BF16 widening keeps one) quietens it */
+                const uint32_t quiet = isnan(want) ? 0x00400000u : 0;
+                const uint32_t w = sdpa_bits_from_f32(want) | quiet;
+                const uint32_t gq = sdpa_bits_from_f32(s[i]) | quiet;
+                const uint32_t gp = sdpa_bits_from_f32(o[c + i]) | quiet;
+                const int qk_ok = gq == w || (want == 0.0f && s[i] == 0.0f);
+                const int pv_ok = gp == w;
+                if (!qk_ok || !pv_ok) {
+                    bad_qk |= !qk_ok;
+                    bad_pv |= !pv_ok;
+                    if (first < 0)
+                        first = c + i;
+                }
+            }
+        }
+        CHECK(!bad_qk && !bad_pv && guards_intact(s, CHUNK) && guards_intact(o, PATTERNS),
+              "%s %s widening: qk_rows %s, pv %s (first wrong pattern 0x%04x)", kt->name,
+              dtype_name(dt), bad_qk ? "WRONG" : "exact", bad_pv ? "WRONG" : "exact",
+              first < 0 ? 0 : first);
+        scratch_free(q);
+        scratch_free(s);
+        scratch_free(o);
+        scratch_free(p);
+        th_free(all);
+    }
+}
+
 /* ---- softmax -------------------------------------------------------------------- */
 
 /* Row kinds: fresh state, running state, some -inf, all -inf, NaN, huge scores. */
@@ -284,7 +433,7 @@ static void test_softmax(void) {
             check_softmax(ms[i], ns[j]);
 }
 
-/* ---- pack_v + pv ---------------------------------------------------------------- */
+/* ---- pv ------------------------------------------------------------------------- */
 
 static void check_pv(int m, int n, int dv, int64_t ldv, sdpa_dtype dt, int rescale) {
     const int ldp = (int)rup((size_t)n, 16), ldo = (int)rup((size_t)dv, 16);
@@ -303,28 +452,7 @@ static void check_pv(int m, int n, int dv, int64_t ldv, sdpa_dtype dt, int resca
     }
     memcpy(o0, o, (size_t)m * (size_t)ldo * sizeof(float));
 
-    /* 16-bit V goes through pack_v into scratch, as the driver does it */
-    const float *vsrc = v;
-    int64_t vld = ldv;
-    float *vp = NULL;
-    int bad_pack = 0;
-    const int ldvp = ldo;
-    if (dt != SDPA_F32) {
-        vp = scratch_alloc((size_t)n * (size_t)ldvp);
-        kt->pack_v(n, dv, v, ldv, dt, vp, ldvp);
-        for (int j = 0; j < n; j++)
-            for (int d = 0; d < ldvp; d++) {
-                const float got = vp[(size_t)j * (size_t)ldvp + (size_t)d];
-                bad_pack |= d < dv ? sdpa_bits_from_f32(got) !=
-                                         sdpa_bits_from_f32(vx[(size_t)j * (size_t)dv + (size_t)d])
-                                   : !is_sentinel(got);
-            }
-        bad_pack |= !guards_intact(vp, (size_t)n * (size_t)ldvp);
-        vsrc = vp;
-        vld = ldvp;
-    }
-
-    kt->pv(m, n, dv, p, ldp, vsrc, vld, rescale ? alpha : NULL, o, ldo);
+    kt->pv(m, n, dv, p, ldp, v, ldv, dt, rescale ? alpha : NULL, o, ldo);
 
     int bad = 0, spill = 0;
     for (int r = 0; r < m; r++)
@@ -345,14 +473,11 @@ static void check_pv(int m, int n, int dv, int64_t ldv, sdpa_dtype dt, int resca
             }
             bad |= !(fabs((double)got - exact) <= (n + 4) * U * mag + 1e-37);
         }
-    CHECK(!bad && !bad_pack, "%s pv m=%d n=%d dv=%d ldv=%lld %s alpha=%s: %s", kt->name, m, n,
-          dv, (long long)ldv, dtype_name(dt), rescale ? "yes" : "NULL",
-          bad_pack ? "pack_v is not the exact conversion" : "an element is off");
+    CHECK(!bad, "%s pv m=%d n=%d dv=%d ldv=%lld %s alpha=%s: an element is off", kt->name, m,
+          n, dv, (long long)ldv, dtype_name(dt), rescale ? "yes" : "NULL");
     CHECK(!spill && guards_intact(o, (size_t)m * (size_t)ldo) && guards_intact(alpha, (size_t)m) &&
               guards_intact(p, (size_t)m * (size_t)ldp),
           "%s pv m=%d n=%d dv=%d: wrote outside O[m][dv]", kt->name, m, n, dv);
-    if (vp)
-        scratch_free(vp);
     scratch_free(p);
     scratch_free(o);
     scratch_free(alpha);
@@ -379,10 +504,16 @@ static void test_pv(void) {
             check_pv(m, n, dvs[a], dvs[a], SDPA_F32, c & 1);
         }
     }
+    /* 16-bit V, widened as pv reads it: every m at a few Dv, then every Dv */
     static const sdpa_dtype dts[] = {SDPA_F16, SDPA_BF16};
-    for (int t = 0; t < 2; t++)
-        for (int a = 0; a < N(dvs); a += 2)
+    static const int dv16[] = {7, 64, 128};
+    for (int t = 0; t < 2; t++) {
+        for (int a = 0; a < N(dv16); a++)
+            for (int i = 0; i < nm; i++)
+                check_pv(ms[i], ns[(i * 7) % nn], dv16[a], dv16[a] + (i & 1), dts[t], i & 1);
+        for (int a = 0; a < N(dvs); a++)
             check_pv(kt->br < 5 ? kt->br : 5, kt->bc, dvs[a], dvs[a] + 3, dts[t], 1);
+    }
 }
 
 /* ---- vexp ----------------------------------------------------------------------- */
@@ -453,6 +584,8 @@ void suite_ukernel(void) {
     CHECK(kt->br >= 1 && kt->bc >= 1 && kt->kp_align >= 1 && kt->bc % kt->kp_align == 0,
           "%s: tile sizes br=%d bc=%d kp_align=%d", kt->name, kt->br, kt->bc, kt->kp_align);
     test_qk();
+    test_qk_rows();
+    test_widening();
     test_softmax();
     test_pv();
     test_vexp();

@@ -119,7 +119,7 @@ static void avx2_vexp(int n, const float *x, float *y) {
     }
 }
 
-/* ---- pack_k, pack_v ------------------------------------------------------------- */
+/* ---- loads, pack_k --------------------------------------------------------------- */
 
 /* nd <= 8 16-bit elements, zero-extended in a 128-bit vector, reading nothing past
  * them: pairs through a 32-bit masked load, an odd last one inserted alone. */
@@ -218,23 +218,30 @@ static void avx2_pack_k(int n, int dk, const void *k, int64_t ldk, sdpa_dtype dt
         pack_k_dt(n, dk, k, ldk, SDPA_F32, kp);
 }
 
-static void avx2_pack_v(int n, int dv, const void *v, int64_t ldv, sdpa_dtype dt, float *vp,
-                        int ldvp) {
-    const size_t es = dt == SDPA_F32 ? 4 : 2;
-    for (int j = 0; j < n; j++) {
-        const char *row = (const char *)v + (size_t)j * (size_t)ldv * es;
-        float *out = vp + (size_t)j * (size_t)ldvp;
-        for (int d = 0; d < dv; d += 8) {
-            const int nd = min_int(8, dv - d);
-            const __m256i mk = lanes(nd);
-            const __m256 x = load_f32(row, d, dt, nd, mk);
-            if (nd == 8)
-                _mm256_storeu_ps(out + d, x);
-            else
-                _mm256_maskstore_ps(out + d, mk, x);
-        }
+/* ---- reductions ----------------------------------------------------------------- */
+
+/* v[0..8) -> one vector whose lane i is the sum (max) of v[i]'s lanes: a transposing
+ * reduction tree, 7 combining steps of two shuffles and one op for 8 vectors instead of
+ * 8 separate 3-step horizontal reductions. Every lane's result is the same tree over its
+ * vector's lanes ((0+2)+(1+3) within each 128-bit half, then the two halves), so lane i
+ * depends on v[i] alone, not on which vectors share the call (softmax's rows, qk_rows'
+ * row-by-key products). */
+#define REDUCE_TREE(NAME, OP)                                                            \
+    ALWAYS_INLINE __m256 NAME(const __m256 v[8]) {                                       \
+        __m256 a[4];                                                                     \
+        UNROLL_FULL /* lane pairs: [A0 B0 A1 B1] per 128-bit half */                     \
+        for (int i = 0; i < 4; i++)                                                      \
+            a[i] = OP(_mm256_unpacklo_ps(v[2 * i], v[2 * i + 1]),                        \
+                      _mm256_unpackhi_ps(v[2 * i], v[2 * i + 1]));                       \
+        /* [A B C D] per 128-bit half, then across the halves */                         \
+        const __m256 b0 = OP(_mm256_shuffle_ps(a[0], a[1], 0x44),                        \
+                             _mm256_shuffle_ps(a[0], a[1], 0xee));                       \
+        const __m256 b1 = OP(_mm256_shuffle_ps(a[2], a[3], 0x44),                        \
+                             _mm256_shuffle_ps(a[2], a[3], 0xee));                       \
+        return OP(_mm256_permute2f128_ps(b0, b1, 0x20), _mm256_permute2f128_ps(b0, b1, 0x31)); \
     }
-}
+REDUCE_TREE(reduce8_max, _mm256_max_ps)
+REDUCE_TREE(reduce8_add, _mm256_add_ps)
 
 /* ---- qk ------------------------------------------------------------------------- */
 
@@ -308,28 +315,143 @@ static void avx2_qk(int m, int n, int dk, float scale, const float *q, int ldq, 
     }
 }
 
-/* ---- softmax -------------------------------------------------------------------- */
+/* ---- qk_rows ------------------------------------------------------------------- */
 
-/* v[0..8) -> one vector whose lane i is the sum (max) of v[i]'s lanes: a transposing
- * reduction tree, 7 combining steps of two shuffles and one op for 8 rows instead of 8
- * separate 3-step horizontal reductions. The order of the operations is fixed, so a
- * row's result does not depend on the other rows. */
-#define REDUCE_TREE(NAME, OP)                                                            \
-    ALWAYS_INLINE __m256 NAME(const __m256 v[8]) {                                       \
-        __m256 a[4];                                                                     \
-        UNROLL_FULL /* lane pairs: [A0 B0 A1 B1] per 128-bit half */                     \
-        for (int i = 0; i < 4; i++)                                                      \
-            a[i] = OP(_mm256_unpacklo_ps(v[2 * i], v[2 * i + 1]),                        \
-                      _mm256_unpackhi_ps(v[2 * i], v[2 * i + 1]));                       \
-        /* [A B C D] per 128-bit half, then across the halves */                         \
-        const __m256 b0 = OP(_mm256_shuffle_ps(a[0], a[1], 0x44),                        \
-                             _mm256_shuffle_ps(a[0], a[1], 0xee));                       \
-        const __m256 b1 = OP(_mm256_shuffle_ps(a[2], a[3], 0x44),                        \
-                             _mm256_shuffle_ps(a[2], a[3], 0xee));                       \
-        return OP(_mm256_permute2f128_ps(b0, b1, 0x20), _mm256_permute2f128_ps(b0, b1, 0x31)); \
+/* Rows per qk_rows pass: 2 keys x 4 rows of accumulators + 2 K slices + 1 Q slice fit
+ * the 16 ymm registers. */
+#define QKR_MR 4
+
+/* Lines [0, nb) bytes of a row of caller memory into L1, ahead of its use: see
+ * SDPA_PREFETCH_AHEAD. */
+ALWAYS_INLINE void prefetch_row(const char *row, size_t nb) {
+    for (size_t b = 0; b < nb; b += 64) /* 64-byte lines */
+        _mm_prefetch(row + b, _MM_HINT_T0);
+}
+
+/* The dot products of R query rows with NK = 1 or 2 keys (rows of K, read in place) as
+ * lane-wise partial sums: t[r * 8 + i] for key i gets sum over 8-element slices of
+ * Q[r] * K[key]; the last slice is masked (caller memory, and Q's padding is off limits).
+ * Two keys share each Q slice load (held in a register: the empty asm keeps the compiler
+ * from folding it into both FMAs as two loads). */
+ALWAYS_INLINE void qkr_keys(const int R, const int NK, const sdpa_dtype dt, int dk,
+                            const float *q, int ldq, const char *k0, const char *k1,
+                            __m256 *t) {
+    __m256 c0[QKR_MR], c1[QKR_MR];
+    UNROLL_FULL
+    for (int r = 0; r < R; r++)
+        c0[r] = c1[r] = _mm256_setzero_ps();
+    int d0 = 0;
+    for (; d0 + 8 <= dk; d0 += 8) {
+        const __m256 x0 = load_f32(k0, d0, dt, 8, lanes(8));
+        const __m256 x1 = NK > 1 ? load_f32(k1, d0, dt, 8, lanes(8)) : x0;
+        UNROLL_FULL
+        for (int r = 0; r < R; r++) {
+            __m256 qv = _mm256_loadu_ps(q + (size_t)r * (size_t)ldq + d0);
+            if (NK > 1)
+                __asm__("" : "+x"(qv));
+            c0[r] = _mm256_fmadd_ps(qv, x0, c0[r]);
+            if (NK > 1)
+                c1[r] = _mm256_fmadd_ps(qv, x1, c1[r]);
+        }
     }
-REDUCE_TREE(reduce8_max, _mm256_max_ps)
-REDUCE_TREE(reduce8_add, _mm256_add_ps)
+    if (d0 < dk) {
+        const __m256i mk = lanes(dk - d0);
+        const __m256 x0 = load_f32(k0, d0, dt, dk - d0, mk);
+        const __m256 x1 = NK > 1 ? load_f32(k1, d0, dt, dk - d0, mk) : x0;
+        UNROLL_FULL
+        for (int r = 0; r < R; r++) {
+            const __m256 qv = _mm256_maskload_ps(q + (size_t)r * (size_t)ldq + d0, mk);
+            c0[r] = _mm256_fmadd_ps(qv, x0, c0[r]);
+            if (NK > 1)
+                c1[r] = _mm256_fmadd_ps(qv, x1, c1[r]);
+        }
+    }
+    UNROLL_FULL
+    for (int r = 0; r < R; r++) {
+        t[r * 8] = c0[r];
+        if (NK > 1)
+            t[r * 8 + 1] = c1[r];
+    }
+}
+
+/* S[0..R)[0..n) for R <= QKR_MR rows, 8 keys at a time: each key pair's partial-sum
+ * vectors go to a stack buffer (R x 8 ymm, in L1), and the reduction tree turns row r's
+ * 8 vectors into its 8 scores in key order, scaled and stored (masked in the tail strip,
+ * whose missing keys are zero vectors, never read). A score is one FMA chain over dk then
+ * the fixed tree, whatever R and whichever key shares its loads, so a row's bits do not
+ * depend on the other rows of the call. K is read a pair of adjacent rows at a time,
+ * each from start to end, and the rows SDPA_PREFETCH_AHEAD bytes ahead are prefetched
+ * (kernels/avx512 measures why).
+ * Register budget: 2 R <= 8 accumulators + 2 K slices + 1 Q slice of 16 ymm. Per key:
+ * dk / 8 K loads and R dk / 16 Q loads per R dk / 8 FMAs, then 21 shuffles and adds per
+ * row per 8 keys. */
+ALWAYS_INLINE void qkr_rows(const int R, const sdpa_dtype dt, int n, int dk, float scale,
+                            const float *q, int ldq, const void *k, int64_t ldk, float *s,
+                            int lds) {
+    const size_t rowb = (size_t)dk * (dt == SDPA_F32 ? 4 : 2);
+    const size_t ldkb = (size_t)ldk * (dt == SDPA_F32 ? 4 : 2);
+    const int ahead = (int)(SDPA_PREFETCH_AHEAD / rowb) + 1;
+    const __m256 vs = _mm256_set1_ps(scale);
+    __m256 t[QKR_MR * 8];
+    for (int j0 = 0; j0 < n; j0 += 8) {
+        const int nk = min_int(8, n - j0);
+        const char *ks = (const char *)k + (size_t)j0 * ldkb;
+        int jj = 0;
+        for (; jj + 2 <= nk; jj += 2) {
+            for (int pj = jj + ahead; pj < jj + ahead + 2 && j0 + pj < n; pj++)
+                prefetch_row(ks + (size_t)pj * ldkb, rowb);
+            qkr_keys(R, 2, dt, dk, q, ldq, ks + (size_t)jj * ldkb, ks + (size_t)(jj + 1) * ldkb,
+                     t + jj);
+        }
+        if (jj < nk)
+            qkr_keys(R, 1, dt, dk, q, ldq, ks + (size_t)jj * ldkb, NULL, t + jj);
+        for (jj += jj < nk; jj < 8; jj++)
+            UNROLL_FULL
+            for (int r = 0; r < R; r++)
+                t[r * 8 + jj] = _mm256_setzero_ps();
+        UNROLL_FULL
+        for (int r = 0; r < R; r++) {
+            const __m256 x = _mm256_mul_ps(reduce8_add(t + 8 * r), vs);
+            if (nk == 8)
+                _mm256_storeu_ps(s + (size_t)r * (size_t)lds + j0, x);
+            else
+                _mm256_maskstore_ps(s + (size_t)r * (size_t)lds + j0, lanes(nk), x);
+        }
+    }
+}
+
+#define QKR_ARGS                                                                         \
+    int n, int dk, float scale, const float *q, int ldq, const void *k, int64_t ldk, float *s, \
+        int lds
+
+/* One function per (rows, storage type), for the same reason as qk_MxNV. */
+#define QKR_FN(R, DT, NAME)                                                              \
+    static void qkr_##R##_##NAME(QKR_ARGS) {                                             \
+        qkr_rows(R, DT, n, dk, scale, q, ldq, k, ldk, s, lds);                           \
+    }
+#define QKR_DT(DT, NAME)                                                                 \
+    QKR_FN(1, DT, NAME) QKR_FN(2, DT, NAME) QKR_FN(3, DT, NAME) QKR_FN(4, DT, NAME)
+QKR_DT(SDPA_F32, f32)
+QKR_DT(SDPA_F16, f16)
+QKR_DT(SDPA_BF16, bf16)
+#undef QKR_DT
+#undef QKR_FN
+
+/* qkr_fn[dt][R] (sdpa_dtype values are 0, 1, 2). */
+#define QKR_TABLE(NAME) {NULL, qkr_1_##NAME, qkr_2_##NAME, qkr_3_##NAME, qkr_4_##NAME}
+static void (*const qkr_fn[3][QKR_MR + 1])(QKR_ARGS) = {QKR_TABLE(f32), QKR_TABLE(f16),
+                                                        QKR_TABLE(bf16)};
+#undef QKR_TABLE
+
+/* Rows in passes of QKR_MR, the last pass with the rest. */
+static void avx2_qk_rows(int m, int n, int dk, float scale, const float *q, int ldq,
+                         const void *k, int64_t ldk, sdpa_dtype dt, float *s, int lds) {
+    for (int r0 = 0; r0 < m; r0 += QKR_MR)
+        qkr_fn[dt][min_int(QKR_MR, m - r0)](n, dk, scale, q + (size_t)r0 * (size_t)ldq, ldq, k,
+                                            ldk, s + (size_t)r0 * (size_t)lds, lds);
+}
+
+/* ---- softmax -------------------------------------------------------------------- */
 
 /* 8 rows at a time, in two passes, so that each pass is a stream of independent rows
  * rather than one long dependency chain per row (max -> reduce -> exp -> sum): every
@@ -403,15 +525,19 @@ static void avx2_softmax(int m, int n, float *s, int lds, float *m_run, float *l
 /* ---- pv ------------------------------------------------------------------------- */
 
 /* O[0..MR)[8 NV columns] = alpha O + P V over n keys, for one chunk of NV vectors of Dv
- * (the last one masked by `last` unless it is full). The O tile stays in registers for
- * the whole key loop: per key, NV V loads (masked at the Dv tail: caller memory) and MR
- * P broadcasts feed MR * NV FMAs.
+ * (the last one masked by `last` unless it is full), V stored as dt and widened as it is
+ * loaded. The O tile stays in registers for the whole key loop: per key, NV V loads
+ * (masked at the Dv tail: caller memory; 16-bit V: NV conversions besides) and MR P
+ * broadcasts feed MR * NV FMAs. With pf > 0 (decode, first chunk: V streams from DRAM)
+ * the pfb bytes of the row pf keys ahead, within the call, are prefetched: whole rows,
+ * so the other chunks find them in cache.
  * Register budget, MR x NV of 16 ymm (accumulators + V vectors + 1 broadcast):
  * 6 x 2 = 12 + 2 + 1 (8 loads per 12 FMAs), 12 x 1 = 12 + 1 + 1 (13 loads per 12 FMAs,
  * only for a lone 8-wide chunk: Dv <= 8 or an odd number of 8s). */
-ALWAYS_INLINE void pv_tile(const int MR, const int NV, int n, const float *p, int ldp,
-                           const float *v, int64_t ldv, const float *alpha, float *o, int ldo,
-                           int full, __m256i last) {
+ALWAYS_INLINE void pv_tile(const int MR, const int NV, const sdpa_dtype dt, int n,
+                           const float *p, int ldp, const char *v, size_t ldvb,
+                           const float *alpha, float *o, int ldo, int full, int lastw,
+                           __m256i last, int pf, size_t pfb) {
     __m256 acc[12][2];
     UNROLL_FULL
     for (int r = 0; r < MR; r++) {
@@ -425,12 +551,13 @@ ALWAYS_INLINE void pv_tile(const int MR, const int NV, int n, const float *p, in
         }
     }
     for (int j = 0; j < n; j++) {
-        const float *vj = v + (int64_t)j * ldv;
+        const char *vj = v + (size_t)j * ldvb;
+        if (pf > 0 && j + pf < n)
+            prefetch_row(vj + (size_t)pf * ldvb, pfb);
         __m256 vv[2];
         UNROLL_FULL
         for (int c = 0; c < NV; c++)
-            vv[c] = c < NV - 1 || full ? _mm256_loadu_ps(vj + 8 * c)
-                                       : _mm256_maskload_ps(vj + 8 * c, last);
+            vv[c] = load_f32(vj, 8 * c, dt, c < NV - 1 || full ? 8 : lastw, last);
         UNROLL_FULL
         for (int r = 0; r < MR; r++) {
             const __m256 pr = _mm256_broadcast_ss(p + (size_t)r * (size_t)ldp + (size_t)j);
@@ -453,44 +580,75 @@ ALWAYS_INLINE void pv_tile(const int MR, const int NV, int n, const float *p, in
 }
 
 #define PV_ARGS                                                                          \
-    int n, const float *p, int ldp, const float *v, int64_t ldv, const float *alpha, float *o, \
-        int ldo, __m256i last
-/* pv_MxNV for chunks whose vectors are all full, pv_MxNVt for a chunk whose last vector
- * is a Dv tail: full chunks carry no mask operations in their key loop. */
-#define PV_FN(M, NV)                                                                     \
-    static void pv_##M##x##NV(PV_ARGS) {                                                 \
-        pv_tile(M, NV, n, p, ldp, v, ldv, alpha, o, ldo, 1, last);                       \
+    int n, const float *p, int ldp, const char *v, size_t ldvb, const float *alpha, float *o, \
+        int ldo, int lastw, __m256i last, int pf, size_t pfb
+/* pv_MxNV_dt for chunks whose vectors are all full, pv_MxNVt_dt for a chunk whose last
+ * vector is a Dv tail: full chunks carry no mask operations in their key loop. */
+#define PV_FN(M, NV, DT, NAME)                                                           \
+    static void pv_##M##x##NV##_##NAME(PV_ARGS) {                                        \
+        pv_tile(M, NV, DT, n, p, ldp, v, ldvb, alpha, o, ldo, 1, lastw, last, pf, pfb);  \
     }                                                                                    \
-    static void pv_##M##x##NV##t(PV_ARGS) {                                              \
-        pv_tile(M, NV, n, p, ldp, v, ldv, alpha, o, ldo, 0, last);                       \
+    static void pv_##M##x##NV##t_##NAME(PV_ARGS) {                                       \
+        pv_tile(M, NV, DT, n, p, ldp, v, ldvb, alpha, o, ldo, 0, lastw, last, pf, pfb);  \
     }
-#define X(M) PV_FN(M, 1)
+#define PV_DT(M, NV)                                                                     \
+    PV_FN(M, NV, SDPA_F32, f32) PV_FN(M, NV, SDPA_F16, f16) PV_FN(M, NV, SDPA_BF16, bf16)
+#define X(M) PV_DT(M, 1)
 REPEAT_1_12(X)
 #undef X
-#define X(M) PV_FN(M, 2)
+#define X(M) PV_DT(M, 2)
 REPEAT_1_6(X)
 #undef X
+#undef PV_DT
+#undef PV_FN
 
 /* Rows per pv register tile for a chunk of NV vectors (index NV), and
- * pv_fn[tail][NV][MR]. */
+ * pv_fn[dt][tail][NV][MR] (sdpa_dtype values are 0, 1, 2). */
 static const int pv_mr[3] = {0, 12, 6};
-#define X1(M) pv_##M##x1,
-#define X2(M) pv_##M##x2,
-#define X1t(M) pv_##M##x1t,
-#define X2t(M) pv_##M##x2t,
-static void (*const pv_fn[2][3][13])(PV_ARGS) = {
-    {{NULL}, {NULL, REPEAT_1_12(X1)}, {NULL, REPEAT_1_6(X2)}},
-    {{NULL}, {NULL, REPEAT_1_12(X1t)}, {NULL, REPEAT_1_6(X2t)}},
-};
-#undef X1
-#undef X2
-#undef X1t
-#undef X2t
+#define PV_TABLE(NAME)                                                                   \
+    {                                                                                    \
+        {{NULL}, {NULL, REPEAT_1_12(X1##NAME)}, {NULL, REPEAT_1_6(X2##NAME)}},           \
+        {{NULL}, {NULL, REPEAT_1_12(X1t##NAME)}, {NULL, REPEAT_1_6(X2t##NAME)}},         \
+    }
+#define X1f32(M) pv_##M##x1_f32,
+#define X2f32(M) pv_##M##x2_f32,
+#define X1tf32(M) pv_##M##x1t_f32,
+#define X2tf32(M) pv_##M##x2t_f32,
+#define X1f16(M) pv_##M##x1_f16,
+#define X2f16(M) pv_##M##x2_f16,
+#define X1tf16(M) pv_##M##x1t_f16,
+#define X2tf16(M) pv_##M##x2t_f16,
+#define X1bf16(M) pv_##M##x1_bf16,
+#define X2bf16(M) pv_##M##x2_bf16,
+#define X1tbf16(M) pv_##M##x1t_bf16,
+#define X2tbf16(M) pv_##M##x2t_bf16,
+static void (*const pv_fn[3][2][3][13])(PV_ARGS) = {PV_TABLE(f32), PV_TABLE(f16),
+                                                    PV_TABLE(bf16)};
+#undef X1f32
+#undef X2f32
+#undef X1tf32
+#undef X2tf32
+#undef X1f16
+#undef X2f16
+#undef X1tf16
+#undef X2tf16
+#undef X1bf16
+#undef X2bf16
+#undef X1tbf16
+#undef X2tbf16
+#undef PV_TABLE
+
+/* Rows up to which pv works like decode (prefetching V rows ahead): a GQA group of 8. */
+#define PV_DECODE_M 8
 
 /* Dv is cut into chunks of 2 vectors (16 floats) and, when the vector count is odd, one
- * last chunk of 1. */
-static void avx2_pv(int m, int n, int dv, const float *p, int ldp, const float *v, int64_t ldv,
-                    const float *alpha, float *o, int ldo) {
+ * last chunk of 1. For few rows (decode) the first chunk's tiles prefetch whole V rows
+ * ahead, so the chunks after it, which read the same rows a line at a time, hit cache. */
+static void avx2_pv(int m, int n, int dv, const float *p, int ldp, const void *v, int64_t ldv,
+                    sdpa_dtype dt, const float *alpha, float *o, int ldo) {
+    const size_t es = dt == SDPA_F32 ? 4 : 2, ldvb = (size_t)ldv * es;
+    const size_t rowb = (size_t)dv * es;
+    const int pf = m <= PV_DECODE_M ? (int)(SDPA_PREFETCH_AHEAD / rowb) + 1 : 0;
     const int nvec = (dv + 7) / 8;
     for (int c0 = 0; c0 < nvec; c0 += 2) {
         const int nv = min_int(2, nvec - c0);
@@ -503,7 +661,9 @@ static void avx2_pv(int m, int n, int dv, const float *p, int ldp, const float *
             const float *pr = p + (size_t)r0 * (size_t)ldp;
             const float *ar = alpha ? alpha + r0 : NULL;
             float *orow = o + (size_t)r0 * (size_t)ldo + 8 * c0;
-            pv_fn[lastw < 8][nv][mr](n, pr, ldp, v + 8 * c0, ldv, ar, orow, ldo, last);
+            pv_fn[dt][lastw < 8][nv][mr](n, pr, ldp, (const char *)v + (size_t)(8 * c0) * es,
+                                         ldvb, ar, orow, ldo, lastw, last,
+                                         c0 == 0 && r0 == 0 ? pf : 0, rowb);
         }
     }
 }
@@ -517,8 +677,8 @@ const sdpa_kernels sdpa_kernels_avx2 = {
     .bc = 64,
     .kp_align = 8,
     .pack_k = avx2_pack_k,
-    .pack_v = avx2_pack_v,
     .qk = avx2_qk,
+    .qk_rows = avx2_qk_rows,
     .softmax = avx2_softmax,
     .pv = avx2_pv,
     .vexp = avx2_vexp,

@@ -116,7 +116,7 @@ static void avx512_vexp(int n, const float *x, float *y) {
     }
 }
 
-/* ---- pack_k, pack_v ------------------------------------------------------------- */
+/* ---- loads, pack_k --------------------------------------------------------------- */
 
 /* Up to 16 elements of a row stored as dt, widened exactly to fp32 (lanes outside mk are
  * neither read nor faulted on: 0). F16 through vcvtph2ps (exact, quietens NaN like
@@ -207,18 +207,36 @@ static void avx512_pack_k(int n, int dk, const void *k, int64_t ldk, sdpa_dtype 
         pack_k_dt(n, dk, k, ldk, SDPA_F32, kp);
 }
 
-static void avx512_pack_v(int n, int dv, const void *v, int64_t ldv, sdpa_dtype dt,
-                          float *vp, int ldvp) {
-    const size_t es = dt == SDPA_F32 ? 4 : 2;
-    for (int j = 0; j < n; j++) {
-        const char *row = (const char *)v + (size_t)j * (size_t)ldv * es;
-        float *out = vp + (size_t)j * (size_t)ldvp;
-        for (int d = 0; d < dv; d += 16) {
-            const __mmask16 mk = lanes(min_int(16, dv - d));
-            _mm512_mask_storeu_ps(out + d, mk, load_f32(row, d, dt, mk));
-        }
+/* ---- reductions ----------------------------------------------------------------- */
+
+/* v[0..16) -> one vector whose lane i is the sum (max) of v[i]'s lanes: a transposing
+ * reduction tree, 15 combining steps of two shuffles and one op for 16 vectors instead
+ * of 16 separate 4-step horizontal reductions. Every lane's result is the same tree over
+ * its vector's lanes ((0+2)+(1+3) within each 128-bit lane, then lanes 0+1, 2+3, and the
+ * two halves), so lane i depends on v[i] alone, not on which vectors share the call
+ * (softmax's rows, qk_rows' row-by-key products). */
+#define REDUCE_TREE(NAME, OP)                                                            \
+    ALWAYS_INLINE __m512 NAME(const __m512 v[16]) {                                      \
+        __m512 a[8], b[4];                                                               \
+        UNROLL_FULL /* lane pairs: [A0 B0 A1 B1] per 128-bit lane */                     \
+        for (int i = 0; i < 8; i++)                                                      \
+            a[i] = OP(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),                        \
+                      _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));                       \
+        UNROLL_FULL /* [A B C D] per 128-bit lane */                                     \
+        for (int i = 0; i < 4; i++) {                                                    \
+            const __m512d x = _mm512_castps_pd(a[2 * i]), y = _mm512_castps_pd(a[2 * i + 1]); \
+            b[i] = OP(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),                        \
+                      _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));                       \
+        }                                                                                \
+        /* then across the four 128-bit lanes */                                         \
+        const __m512 c0 = OP(_mm512_shuffle_f32x4(b[0], b[1], 0x88),                     \
+                             _mm512_shuffle_f32x4(b[0], b[1], 0xdd));                    \
+        const __m512 c1 = OP(_mm512_shuffle_f32x4(b[2], b[3], 0x88),                     \
+                             _mm512_shuffle_f32x4(b[2], b[3], 0xdd));                    \
+        return OP(_mm512_shuffle_f32x4(c0, c1, 0x88), _mm512_shuffle_f32x4(c0, c1, 0xdd)); \
     }
-}
+REDUCE_TREE(reduce16_max, _mm512_max_ps)
+REDUCE_TREE(reduce16_add, _mm512_add_ps)
 
 /* ---- qk ------------------------------------------------------------------------- */
 
@@ -294,34 +312,149 @@ static void avx512_qk(int m, int n, int dk, float scale, const float *q, int ldq
     }
 }
 
-/* ---- softmax -------------------------------------------------------------------- */
+/* ---- qk_rows ------------------------------------------------------------------- */
 
-/* v[0..16) -> one vector whose lane i is the sum (max) of v[i]'s lanes: a transposing
- * reduction tree, 15 combining steps of two shuffles and one op for 16 rows instead of
- * 16 separate 4-step horizontal reductions. The order of the operations is fixed, so a
- * row's result does not depend on the other rows. */
-#define REDUCE_TREE(NAME, OP)                                                            \
-    ALWAYS_INLINE __m512 NAME(const __m512 v[16]) {                                      \
-        __m512 a[8], b[4];                                                               \
-        UNROLL_FULL /* lane pairs: [A0 B0 A1 B1] per 128-bit lane */                     \
-        for (int i = 0; i < 8; i++)                                                      \
-            a[i] = OP(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),                        \
-                      _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));                       \
-        UNROLL_FULL /* [A B C D] per 128-bit lane */                                     \
-        for (int i = 0; i < 4; i++) {                                                    \
-            const __m512d x = _mm512_castps_pd(a[2 * i]), y = _mm512_castps_pd(a[2 * i + 1]); \
-            b[i] = OP(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),                        \
-                      _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));                       \
-        }                                                                                \
-        /* then across the four 128-bit lanes */                                         \
-        const __m512 c0 = OP(_mm512_shuffle_f32x4(b[0], b[1], 0x88),                     \
-                             _mm512_shuffle_f32x4(b[0], b[1], 0xdd));                    \
-        const __m512 c1 = OP(_mm512_shuffle_f32x4(b[2], b[3], 0x88),                     \
-                             _mm512_shuffle_f32x4(b[2], b[3], 0xdd));                    \
-        return OP(_mm512_shuffle_f32x4(c0, c1, 0x88), _mm512_shuffle_f32x4(c0, c1, 0xdd)); \
+/* Rows per qk_rows pass: 8 covers a GQA group of 8 heads (decode) in one pass over K. */
+#define QKR_MR 8
+
+/* Lines [0, nb) bytes of a row of caller memory into L1 (prefetcht0; t1 and nta measured
+ * 8-12% slower in decode), ahead of its use: see SDPA_PREFETCH_AHEAD. */
+ALWAYS_INLINE void prefetch_row(const char *row, size_t nb) {
+    for (size_t b = 0; b < nb; b += 64) /* 64-byte lines */
+        _mm_prefetch(row + b, _MM_HINT_T0);
+}
+
+/* The dot products of R query rows with NK = 1 or 2 keys (rows of K, read in place) as
+ * lane-wise partial sums: t[r * 16 + i] for key i gets sum over 16-element slices of
+ * Q[r] * K[key]; the last slice is masked (caller memory, and Q's padding is off limits).
+ * Two keys share each Q slice load: per slice 2 K loads (16-bit K: conversions besides)
+ * and R Q loads feed 2 R FMAs. The empty asm keeps the Q slice in a register: without it
+ * gcc folds the load into both FMAs as two loads, and the kernel ran 1.5x slower, load
+ * bound (m = 4, dk = 128, in L1). */
+ALWAYS_INLINE void qkr_keys(const int R, const int NK, const sdpa_dtype dt, int dk,
+                            const float *q, int ldq, const char *k0, const char *k1,
+                            __m512 *t) {
+    __m512 c0[QKR_MR], c1[QKR_MR];
+    UNROLL_FULL
+    for (int r = 0; r < R; r++)
+        c0[r] = c1[r] = _mm512_setzero_ps();
+    int d0 = 0;
+    for (; d0 + 16 <= dk; d0 += 16) {
+        const __m512 x0 = load_f32(k0, d0, dt, ALL16);
+        const __m512 x1 = NK > 1 ? load_f32(k1, d0, dt, ALL16) : x0;
+        UNROLL_FULL
+        for (int r = 0; r < R; r++) {
+            __m512 qv = _mm512_loadu_ps(q + (size_t)r * (size_t)ldq + d0);
+            if (NK > 1)
+                __asm__("" : "+v"(qv));
+            c0[r] = _mm512_fmadd_ps(qv, x0, c0[r]);
+            if (NK > 1)
+                c1[r] = _mm512_fmadd_ps(qv, x1, c1[r]);
+        }
     }
-REDUCE_TREE(reduce16_max, _mm512_max_ps)
-REDUCE_TREE(reduce16_add, _mm512_add_ps)
+    if (d0 < dk) {
+        const __mmask16 mk = lanes(dk - d0);
+        const __m512 x0 = load_f32(k0, d0, dt, mk);
+        const __m512 x1 = NK > 1 ? load_f32(k1, d0, dt, mk) : x0;
+        UNROLL_FULL
+        for (int r = 0; r < R; r++) {
+            const __m512 qv = _mm512_maskz_loadu_ps(mk, q + (size_t)r * (size_t)ldq + d0);
+            c0[r] = _mm512_fmadd_ps(qv, x0, c0[r]);
+            if (NK > 1)
+                c1[r] = _mm512_fmadd_ps(qv, x1, c1[r]);
+        }
+    }
+    UNROLL_FULL
+    for (int r = 0; r < R; r++) {
+        t[r * 16] = c0[r];
+        if (NK > 1)
+            t[r * 16 + 1] = c1[r];
+    }
+}
+
+/* S[0..R)[0..n) for R <= QKR_MR rows, 16 keys at a time: each key pair's partial-sum
+ * vectors go to a stack buffer (R x 16 zmm, in L1), and the reduction tree turns row r's
+ * 16 vectors into its 16 scores in key order, scaled and stored (masked in the tail
+ * strip, whose missing keys are zero vectors, never read). A score is one FMA chain over
+ * dk then the fixed tree, whatever R and whichever key shares its loads, so a row's bits
+ * do not depend on the other rows of the call.
+ * Memory order: in decode K streams from DRAM, and this loop is what keeps it streaming.
+ * Keys are read a pair of adjacent rows at a time, each from start to end (reading
+ * slice-major instead, the first lines of 16 rows, then their second lines..., ran at
+ * 60% of the sequential rate in a pure-load test on the development machine), and the
+ * rows SDPA_PREFETCH_AHEAD bytes ahead, within the call, are prefetched (decode-long fp32
+ * at 1 thread: 14 -> 21 GB/s, so the core no longer waits at every 4 KiB page).
+ * Register budget: 2 R <= 16 accumulators + 2 K slices + 1 Q slice of 32 zmm; the tree
+ * works on 16 loaded vectors. Per key: dk / 16 K loads and R dk / 32 Q loads per R dk /
+ * 16 FMAs (FMA-bound from R = 2 on), then 45 shuffles and adds per row per 16 keys. */
+ALWAYS_INLINE void qkr_rows(const int R, const sdpa_dtype dt, int n, int dk, float scale,
+                            const float *q, int ldq, const void *k, int64_t ldk, float *s,
+                            int lds) {
+    const size_t rowb = (size_t)dk * (dt == SDPA_F32 ? 4 : 2);
+    const size_t ldkb = (size_t)ldk * (dt == SDPA_F32 ? 4 : 2);
+    const int ahead = (int)(SDPA_PREFETCH_AHEAD / rowb) + 1;
+    const __m512 vs = _mm512_set1_ps(scale);
+    __m512 t[QKR_MR * 16];
+    for (int j0 = 0; j0 < n; j0 += 16) {
+        const int nk = min_int(16, n - j0);
+        const char *ks = (const char *)k + (size_t)j0 * ldkb;
+        int jj = 0;
+        for (; jj + 2 <= nk; jj += 2) {
+            for (int pj = jj + ahead; pj < jj + ahead + 2 && j0 + pj < n; pj++)
+                prefetch_row(ks + (size_t)pj * ldkb, rowb);
+            qkr_keys(R, 2, dt, dk, q, ldq, ks + (size_t)jj * ldkb, ks + (size_t)(jj + 1) * ldkb,
+                     t + jj);
+        }
+        if (jj < nk)
+            qkr_keys(R, 1, dt, dk, q, ldq, ks + (size_t)jj * ldkb, NULL, t + jj);
+        jj += jj < nk;
+        for (; jj < 16; jj++)
+            UNROLL_FULL
+            for (int r = 0; r < R; r++)
+                t[r * 16 + jj] = _mm512_setzero_ps();
+        const __mmask16 sm = lanes(nk);
+        UNROLL_FULL
+        for (int r = 0; r < R; r++)
+            _mm512_mask_storeu_ps(s + (size_t)r * (size_t)lds + j0, sm,
+                                  _mm512_mul_ps(reduce16_add(t + 16 * r), vs));
+    }
+}
+
+#define QKR_ARGS                                                                         \
+    int n, int dk, float scale, const float *q, int ldq, const void *k, int64_t ldk, float *s, \
+        int lds
+
+/* One function per (rows, storage type), for the same reason as qk_MxNV. */
+#define QKR_FN(R, DT, NAME)                                                              \
+    static void qkr_##R##_##NAME(QKR_ARGS) {                                             \
+        qkr_rows(R, DT, n, dk, scale, q, ldq, k, ldk, s, lds);                           \
+    }
+#define QKR_DT(DT, NAME)                                                                 \
+    QKR_FN(1, DT, NAME) QKR_FN(2, DT, NAME) QKR_FN(3, DT, NAME) QKR_FN(4, DT, NAME)          \
+    QKR_FN(5, DT, NAME) QKR_FN(6, DT, NAME) QKR_FN(7, DT, NAME) QKR_FN(8, DT, NAME)
+QKR_DT(SDPA_F32, f32)
+QKR_DT(SDPA_F16, f16)
+QKR_DT(SDPA_BF16, bf16)
+#undef QKR_DT
+#undef QKR_FN
+
+/* qkr_fn[dt][R] (sdpa_dtype values are 0, 1, 2). */
+#define QKR_TABLE(NAME)                                                                  \
+    {NULL, qkr_1_##NAME, qkr_2_##NAME, qkr_3_##NAME, qkr_4_##NAME,                       \
+     qkr_5_##NAME, qkr_6_##NAME, qkr_7_##NAME, qkr_8_##NAME}
+static void (*const qkr_fn[3][QKR_MR + 1])(QKR_ARGS) = {QKR_TABLE(f32), QKR_TABLE(f16),
+                                                        QKR_TABLE(bf16)};
+#undef QKR_TABLE
+
+/* Rows in passes of QKR_MR, the last pass with the rest. */
+static void avx512_qk_rows(int m, int n, int dk, float scale, const float *q, int ldq,
+                           const void *k, int64_t ldk, sdpa_dtype dt, float *s, int lds) {
+    for (int r0 = 0; r0 < m; r0 += QKR_MR)
+        qkr_fn[dt][min_int(QKR_MR, m - r0)](n, dk, scale, q + (size_t)r0 * (size_t)ldq, ldq, k,
+                                            ldk, s + (size_t)r0 * (size_t)lds, lds);
+}
+
+/* ---- softmax -------------------------------------------------------------------- */
 
 /* 16 rows at a time, in two passes, so that each pass is a stream of independent rows
  * rather than one long dependency chain per row (max -> reduce -> exp -> sum): every
@@ -392,16 +525,20 @@ static void avx512_softmax(int m, int n, float *s, int lds, float *m_run, float 
 /* ---- pv ------------------------------------------------------------------------- */
 
 /* O[0..MR)[16 NV columns] = alpha O + P V over n keys, for one chunk of NV vectors of
- * Dv (the last one masked by `last`). The O tile stays in registers for the whole key
- * loop: per key, NV V loads (masked at the Dv tail: caller memory) and MR P broadcasts
- * feed MR * NV FMAs.
- * Register budget, MR x NV of 32 zmm (accumulators + V vectors + 1 broadcast):
- * 6 x 4 = 24 + 4 + 1, 8 x 3 = 24 + 3 + 1, 12 x 2 = 24 + 2 + 1, 12 x 1 = 12 + 1 + 1;
- * at 24 accumulators the 10-14 loads per 24 FMAs (12 cycles) stay under two per cycle. */
-ALWAYS_INLINE void pv_tile(const int MR, const int NV, int n, const float *p, int ldp,
-                           const float *v, int64_t ldv, const float *alpha, float *o, int ldo,
-                           __mmask16 last) {
-    __m512 acc[12][4];
+ * Dv (the last one masked by `last`), V stored as dt and widened as it is loaded. The O
+ * tile stays in registers for the whole key loop: per key, NV V loads (masked at the Dv
+ * tail: caller memory; 16-bit V: NV conversions besides) and MR P broadcasts feed
+ * MR * NV FMAs. With pf > 0 (decode: V streams from DRAM) the chunk of the row pf keys
+ * ahead, within the call, is prefetched, as qk_rows does for K.
+ * Register budget, MR x NV of 32 zmm (accumulators + V vectors + 1 broadcast): 24
+ * accumulators where the rows allow (12 x 2, 8 x 3, 6 x 4, 4 x 6, 3 x 8; 4 x 5 = 20,
+ * 3 x 7 = 21, 12 x 1 = 12) + at most 8 V vectors, each loaded once and used by MR FMAs,
+ * + 1; at 24 accumulators the 10-14 loads per 24 FMAs (12 cycles) stay under two per
+ * cycle. */
+ALWAYS_INLINE void pv_tile(const int MR, const int NV, const sdpa_dtype dt, int n,
+                           const float *p, int ldp, const char *v, size_t ldvb,
+                           const float *alpha, float *o, int ldo, __mmask16 last, int pf) {
+    __m512 acc[24];
     UNROLL_FULL
     for (int r = 0; r < MR; r++) {
         const __m512 a = _mm512_set1_ps(alpha ? alpha[r] : 1.0f);
@@ -409,21 +546,23 @@ ALWAYS_INLINE void pv_tile(const int MR, const int NV, int n, const float *p, in
         for (int c = 0; c < NV; c++) {
             const __mmask16 mk = c == NV - 1 ? last : ALL16;
             const __m512 x = _mm512_maskz_loadu_ps(mk, o + (size_t)r * (size_t)ldo + 16 * c);
-            acc[r][c] = alpha ? _mm512_mul_ps(x, a) : x;
+            acc[r * NV + c] = alpha ? _mm512_mul_ps(x, a) : x;
         }
     }
     for (int j = 0; j < n; j++) {
-        const float *vj = v + (int64_t)j * ldv;
-        __m512 vv[4];
+        const char *vj = v + (size_t)j * ldvb;
+        if (pf > 0 && j + pf < n)
+            prefetch_row(vj + (size_t)pf * ldvb, (size_t)NV * 16 * (dt == SDPA_F32 ? 4 : 2));
+        __m512 vv[8];
         UNROLL_FULL
         for (int c = 0; c < NV; c++)
-            vv[c] = _mm512_maskz_loadu_ps(c == NV - 1 ? last : ALL16, vj + 16 * c);
+            vv[c] = load_f32(vj, 16 * c, dt, c == NV - 1 ? last : ALL16);
         UNROLL_FULL
         for (int r = 0; r < MR; r++) {
             const __m512 pr = _mm512_set1_ps(p[(size_t)r * (size_t)ldp + (size_t)j]);
             UNROLL_FULL
             for (int c = 0; c < NV; c++)
-                acc[r][c] = _mm512_fmadd_ps(pr, vv[c], acc[r][c]);
+                acc[r * NV + c] = _mm512_fmadd_ps(pr, vv[c], acc[r * NV + c]);
         }
     }
     UNROLL_FULL
@@ -431,51 +570,103 @@ ALWAYS_INLINE void pv_tile(const int MR, const int NV, int n, const float *p, in
         UNROLL_FULL
         for (int c = 0; c < NV; c++)
             _mm512_mask_storeu_ps(o + (size_t)r * (size_t)ldo + 16 * c, c == NV - 1 ? last : ALL16,
-                                  acc[r][c]);
+                                  acc[r * NV + c]);
 }
 
 #define PV_ARGS                                                                          \
-    int n, const float *p, int ldp, const float *v, int64_t ldv, const float *alpha, float *o, \
-        int ldo, __mmask16 last
-#define PV_FN(M, NV)                                                                     \
-    static void pv_##M##x##NV(PV_ARGS) {                                                 \
-        pv_tile(M, NV, n, p, ldp, v, ldv, alpha, o, ldo, last);                          \
+    int n, const float *p, int ldp, const char *v, size_t ldvb, const float *alpha, float *o, \
+        int ldo, __mmask16 last, int pf
+#define PV_FN(M, NV, DT, NAME)                                                           \
+    static void pv_##M##x##NV##_##NAME(PV_ARGS) {                                        \
+        pv_tile(M, NV, DT, n, p, ldp, v, ldvb, alpha, o, ldo, last, pf);                 \
     }
-#define X(M) PV_FN(M, 1) PV_FN(M, 2)
+#define PV_DT(M, NV)                                                                     \
+    PV_FN(M, NV, SDPA_F32, f32) PV_FN(M, NV, SDPA_F16, f16) PV_FN(M, NV, SDPA_BF16, bf16)
+#define REPEAT_1_3(X) X(1) X(2) X(3)
+#define REPEAT_1_4(X) REPEAT_1_3(X) X(4)
+#define X(M) PV_DT(M, 1) PV_DT(M, 2)
 REPEAT_1_12(X)
 #undef X
-#define X(M) PV_FN(M, 3)
+#define X(M) PV_DT(M, 3)
 REPEAT_1_8(X)
 #undef X
-#define X(M) PV_FN(M, 4)
+#define X(M) PV_DT(M, 4)
 REPEAT_1_6(X)
 #undef X
+#define X(M) PV_DT(M, 5) PV_DT(M, 6)
+REPEAT_1_4(X)
+#undef X
+#define X(M) PV_DT(M, 7) PV_DT(M, 8)
+REPEAT_1_3(X)
+#undef X
+#undef PV_DT
+#undef PV_FN
 
-/* Rows per pv register tile for a chunk of NV vectors (index NV), and pv_fn[NV][MR]. */
-static const int pv_mr[5] = {0, 12, 12, 8, 6};
-#define X1(M) pv_##M##x1,
-#define X2(M) pv_##M##x2,
-#define X3(M) pv_##M##x3,
-#define X4(M) pv_##M##x4,
-static void (*const pv_fn[5][13])(PV_ARGS) = {
-    {NULL},
-    {NULL, REPEAT_1_12(X1)},
-    {NULL, REPEAT_1_12(X2)},
-    {NULL, REPEAT_1_8(X3)},
-    {NULL, REPEAT_1_6(X4)},
-};
-#undef X1
-#undef X2
-#undef X3
-#undef X4
+/* Rows per pv register tile for a chunk of NV vectors (index NV), and
+ * pv_fn[dt][NV][MR] (sdpa_dtype values are 0, 1, 2). */
+static const int pv_mr[9] = {0, 12, 12, 8, 6, 4, 4, 3, 3};
+#define PV_TABLE(NAME)                                                                   \
+    {                                                                                    \
+        {NULL},                                                                          \
+        {NULL, REPEAT_1_12(X1##NAME)},                                                   \
+        {NULL, REPEAT_1_12(X2##NAME)},                                                   \
+        {NULL, REPEAT_1_8(X3##NAME)},                                                    \
+        {NULL, REPEAT_1_6(X4##NAME)},                                                    \
+        {NULL, REPEAT_1_4(X5##NAME)},                                                    \
+        {NULL, REPEAT_1_4(X6##NAME)},                                                    \
+        {NULL, REPEAT_1_3(X7##NAME)},                                                    \
+        {NULL, REPEAT_1_3(X8##NAME)},                                                    \
+    }
+#define X1f32(M) pv_##M##x1_f32,
+#define X2f32(M) pv_##M##x2_f32,
+#define X3f32(M) pv_##M##x3_f32,
+#define X4f32(M) pv_##M##x4_f32,
+#define X5f32(M) pv_##M##x5_f32,
+#define X6f32(M) pv_##M##x6_f32,
+#define X7f32(M) pv_##M##x7_f32,
+#define X8f32(M) pv_##M##x8_f32,
+#define X1f16(M) pv_##M##x1_f16,
+#define X2f16(M) pv_##M##x2_f16,
+#define X3f16(M) pv_##M##x3_f16,
+#define X4f16(M) pv_##M##x4_f16,
+#define X5f16(M) pv_##M##x5_f16,
+#define X6f16(M) pv_##M##x6_f16,
+#define X7f16(M) pv_##M##x7_f16,
+#define X8f16(M) pv_##M##x8_f16,
+#define X1bf16(M) pv_##M##x1_bf16,
+#define X2bf16(M) pv_##M##x2_bf16,
+#define X3bf16(M) pv_##M##x3_bf16,
+#define X4bf16(M) pv_##M##x4_bf16,
+#define X5bf16(M) pv_##M##x5_bf16,
+#define X6bf16(M) pv_##M##x6_bf16,
+#define X7bf16(M) pv_##M##x7_bf16,
+#define X8bf16(M) pv_##M##x8_bf16,
+static void (*const pv_fn[3][9][13])(PV_ARGS) = {PV_TABLE(f32), PV_TABLE(f16), PV_TABLE(bf16)};
+#undef PV_TABLE
 
-/* Dv is cut into chunks of at most 4 vectors, as even as possible (5 -> 3 + 2, 8 -> 4 +
- * 4, 9 -> 3 + 3 + 3), so no chunk but a lone one drops below 2 vectors: the rows x
- * vectors tile keeps its 24 accumulators at Dv = 80 or 96 as at 64 or 128. */
-static void avx512_pv(int m, int n, int dv, const float *p, int ldp, const float *v,
-                      int64_t ldv, const float *alpha, float *o, int ldo) {
+/* Rows up to which pv works like decode: whole V rows per tile and prefetching (at most
+ * 3 row tiles of 3 x 8). Beyond it, at Dv = 128, prefill's 32 tiles of 3 x 8 re-read each
+ * 32 KiB block of V from L2 and prefill-causal ran at 0.72x its speed with 6 x 4. */
+#define PV_WIDE_M 8
+
+/* Dv is cut into chunks of at most cmax vectors, as even as possible (5 -> 3 + 2, 8 -> 4 + 4,
+ * 9 -> 3 + 3 + 3 at cmax = 4), so no chunk but a lone one drops below 2 vectors: the rows
+ * x vectors tile keeps its 24 accumulators at Dv = 80 or 96 as at 64 or 128.
+ * Many rows (prefill): cmax = 4, half a V row of 128 per tile, so a V block reused by
+ * every row tile stays in L1. Few rows (decode, m <= PV_WIDE_M): cmax = 8, so a tile reads
+ * V rows whole, in address order (Dv = 128 in one chunk), and prefetches
+ * SDPA_PREFETCH_AHEAD bytes of rows ahead. At m = 4 that is tiles of 3 and 1 rows, twice
+ * the V loads of two 4 x 4 tiles on half rows, but the half-row tiles, even with whole
+ * rows prefetched ahead, ran decode-long at 0.92x (fp32) and 0.79x (f16) the speed at 1
+ * thread, 0.89x and 0.76x at 2. */
+static void avx512_pv(int m, int n, int dv, const float *p, int ldp, const void *v,
+                      int64_t ldv, sdpa_dtype dt, const float *alpha, float *o, int ldo) {
+    const size_t es = dt == SDPA_F32 ? 4 : 2, ldvb = (size_t)ldv * es;
     const int nvec = (dv + 15) / 16;
-    const int nchunk = (nvec + 3) / 4;
+    const int wide = m <= PV_WIDE_M;
+    const int cmax = wide ? 8 : 4;
+    const int pf = wide ? (int)(SDPA_PREFETCH_AHEAD / ((size_t)dv * es)) + 1 : 0;
+    const int nchunk = (nvec + cmax - 1) / cmax;
     int c0 = 0;
     for (int ch = 0; ch < nchunk; ch++) {
         const int nv = nvec / nchunk + (ch < nvec % nchunk);
@@ -483,9 +674,10 @@ static void avx512_pv(int m, int n, int dv, const float *p, int ldp, const float
         const __mmask16 last = lanes(cols - 16 * (nv - 1));
         const int mrmax = pv_mr[nv];
         for (int r0 = 0; r0 < m; r0 += mrmax)
-            pv_fn[nv][min_int(mrmax, m - r0)](n, p + (size_t)r0 * (size_t)ldp, ldp, v + 16 * c0,
-                                              ldv, alpha ? alpha + r0 : NULL,
-                                              o + (size_t)r0 * (size_t)ldo + 16 * c0, ldo, last);
+            pv_fn[dt][nv][min_int(mrmax, m - r0)](
+                n, p + (size_t)r0 * (size_t)ldp, ldp, (const char *)v + (size_t)(16 * c0) * es,
+                ldvb, alpha ? alpha + r0 : NULL, o + (size_t)r0 * (size_t)ldo + 16 * c0, ldo, last,
+                pf);
         c0 += nv;
     }
 }
@@ -499,8 +691,8 @@ const sdpa_kernels sdpa_kernels_avx512 = {
     .bc = 64,
     .kp_align = 16,
     .pack_k = avx512_pack_k,
-    .pack_v = avx512_pack_v,
     .qk = avx512_qk,
+    .qk_rows = avx512_qk_rows,
     .softmax = avx512_softmax,
     .pv = avx512_pv,
     .vexp = avx512_vexp,

@@ -1,5 +1,5 @@
 /*
- * neon.c - the AArch64 Advanced SIMD (NEON) kernel table: the six tile functions of
+ * neon.c - the AArch64 Advanced SIMD (NEON) kernel table: the six functions of
  * kernels/ukernel.h in arm_neon.h intrinsics, fp32 arithmetic throughout.
  *
  * What it is: the table every aarch64 CPU can run. It uses only the ARMv8.0-A Advanced
@@ -26,9 +26,11 @@
  *       (mr 8 x 1 panel, 4 x 2, 2 x 4: 16; 1 x 4: 8), + mr vectors of Q (4 d each, used
  *       by lane with FMLA by element) + 2 key vectors per panel for the lane being
  *       applied: 8 x 8 keys uses 16 + 8 + 2 = 26 registers, 4 x 16 uses 16 + 4 + 4 = 24,
- *       2 x 32 uses 16 + 2 + 8 = 26. A single row (decode) loads one key vector per FMA
- *       whatever the tile, so it is load-bound; 8 accumulators cover the FMA latency
- *       there, and a 1 x 8-panel tile (16) made GCC spill key vectors.
+ *       2 x 32 uses 16 + 2 + 8 = 26. A single row loads one key vector per FMA whatever
+ *       the tile, so it is load-bound; 8 accumulators cover the FMA latency there, and a
+ *       1 x 8-panel tile (16) made GCC spill key vectors.
+ *   qk_rows (decode: K rows in place): R rows x 16 / R keys with one accumulator per
+ *       (row, key), 16, + R Q vectors + 1 key vector: at most 21.
  *   pv: a tile of mr rows x (4 * nv) columns of O with mr * nv accumulators (8 x 2,
  *       4 x 4, 2 x 8: 16; 1 x 8: 8, decode rows are memory bound), + mr vectors of P
  *       (4 keys each, used by lane) + nv vectors of the V row being applied:
@@ -82,11 +84,10 @@ NEON_INLINE void store_part(float *p, float32x4_t v, int w) {
 }
 
 /* 16-bit storage widened to fp32, exactly (the same bits as kernels/convert.h, which
- * tests/test_ukernel.c checks on random values): FCVTL for binary16 (subnormals
+ * tests/test_ukernel.c checks for all 65536 bit patterns of each type, NaNs and
+ * subnormals included, through qk_rows and pv): FCVTL for binary16 (subnormals
  * normalised; NaN payloads kept and quietened as in the Arm ARM's FPConvertNaN, with
- * Linux's default FPCR.DN = 0), a shift into the top half for bfloat16. All 65536 bit
- * patterns of each type, NaNs and subnormals included, were checked against convert.h
- * through pack_k and pack_v under qemu-aarch64 (default CPU and cortex-a72). */
+ * Linux's default FPCR.DN = 0), a shift into the top half for bfloat16. */
 NEON_INLINE float32x4_t widen16(uint16x4_t h, sdpa_dtype dt) {
     if (dt == SDPA_F16)
         return vcvt_f32_f16(vreinterpret_f16_u16(h));
@@ -112,6 +113,13 @@ NEON_INLINE float32x4_t load_part_dt(const void *row, int d, int w, sdpa_dtype d
     if (w > 2)
         v = vld1_lane_u16(h + 2, v, 2);
     return widen16(v, dt);
+}
+
+/* Lines [0, nb) bytes of a row of caller memory into L1 (PRFM PLDL1KEEP), ahead of its
+ * use: see SDPA_PREFETCH_AHEAD. */
+NEON_INLINE void prefetch_row(const char *row, size_t nb) {
+    for (size_t b = 0; b < nb; b += 64) /* 64-byte lines */
+        __builtin_prefetch(row + b, 0, 3);
 }
 
 /* ---- exp ---------------------------------------------------------------------------
@@ -195,7 +203,7 @@ static void neon_vexp(int n, const float *x, float *y) {
         store_part(y + i, exp4(load_part(x + i, n - i, vdupq_n_f32(0.0f))), n - i);
 }
 
-/* ---- pack_k, pack_v ------------------------------------------------------------------ */
+/* ---- pack_k ------------------------------------------------------------------------ */
 
 /* 4x4 transpose: on return a[i] holds lane i of the inputs a[0..3]. */
 NEON_INLINE void transpose4(float32x4_t a[4]) {
@@ -253,41 +261,6 @@ static void neon_pack_k(int n, int dk, const void *k, int64_t ldk, sdpa_dtype dt
         break;
     case SDPA_F32:
         pack_k_dt(n, dk, k, ldk, SDPA_F32, kp);
-        break;
-    }
-}
-
-NEON_INLINE void pack_v_dt(int n, int dv, const void *v, int64_t ldv, sdpa_dtype dt,
-                           float *vp, int ldvp) {
-    const size_t row_bytes = (size_t)ldv * elem_bytes(dt);
-    for (int j = 0; j < n; j++) {
-        const char *row = (const char *)v + (size_t)j * row_bytes;
-        float *out = vp + (size_t)j * (size_t)ldvp;
-        int d = 0;
-        for (; d + 8 <= dv; d += 8) {
-            const float32x4_t a = load4(row, d, dt), b = load4(row, d + 4, dt);
-            vst1q_f32(out + d, a);
-            vst1q_f32(out + d + 4, b);
-        }
-        for (; d + 4 <= dv; d += 4)
-            vst1q_f32(out + d, load4(row, d, dt));
-        if (d < dv)
-            store_part(out + d, load_part_dt(row, d, dv - d, dt), dv - d);
-    }
-}
-
-/* Only F16/BF16 reach pack_v (ukernel.h); F32 is handled too, as a plain copy. */
-static void neon_pack_v(int n, int dv, const void *v, int64_t ldv, sdpa_dtype dt, float *vp,
-                        int ldvp) {
-    switch (dt) {
-    case SDPA_F16:
-        pack_v_dt(n, dv, v, ldv, SDPA_F16, vp, ldvp);
-        break;
-    case SDPA_BF16:
-        pack_v_dt(n, dv, v, ldv, SDPA_BF16, vp, ldvp);
-        break;
-    case SDPA_F32:
-        pack_v_dt(n, dv, v, ldv, SDPA_F32, vp, ldvp);
         break;
     }
 }
@@ -374,6 +347,115 @@ static void neon_qk(int m, int n, int dk, float scale, const float *q, int ldq,
                 s + (size_t)r * (size_t)lds, lds);
 }
 
+/* ---- qk_rows --------------------------------------------------------------------------
+ *
+ * K rows read in place, for the few query rows of decode. A group of J = 16 / R keys for
+ * R = 1, 2 or 4 rows keeps one accumulator per (row, key): acc[r * J + jj] holds the
+ * lane-wise sum over dk of Q[r] * K[jj] by 4-element slices. Two rounds of FADDP reduce
+ * four consecutive accumulators into one vector of their four sums ((x0 + x1) + (x2 + x3)
+ * each, the same tree for every lane), which is four consecutive keys of one row, since
+ * J >= 4: no transposes. K is read key by key, each row from its start to its end, the
+ * order hardware prefetchers follow, and the group's rows SDPA_PREFETCH_AHEAD bytes ahead
+ * are prefetched (kernels/avx512 measures why); the accumulator chains of a group are
+ * independent, so the core overlaps consecutive keys. A row's accumulation order does
+ * not depend on R or on the other rows.
+ * Register budget: 16 accumulators + R Q slices (read per slice: R <= 4) + 1 K slice of
+ * 32 V registers. Keys past n are not read (their accumulators stay zero) and their
+ * scores not stored; the last dk % 4 columns go through lane loads.
+ */
+NEON_INLINE void qkr_key(const int R, const int J, sdpa_dtype dt, int jj, int dk,
+                         const float *q, int ldq, const char *kr, float32x4_t acc[16]) {
+    int d = 0;
+    for (; d + 4 <= dk; d += 4) {
+        const float32x4_t kv = load4(kr, d, dt);
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)
+            acc[r * J + jj] =
+                vfmaq_f32(acc[r * J + jj], vld1q_f32(q + (size_t)r * (size_t)ldq + d), kv);
+    }
+    if (d < dk) {
+        const float32x4_t kv = load_part_dt(kr, d, dk - d, dt);
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)
+            acc[r * J + jj] = vfmaq_f32(
+                acc[r * J + jj],
+                load_part(q + (size_t)r * (size_t)ldq + d, dk - d, vdupq_n_f32(0.0f)), kv);
+    }
+}
+
+/* Keys [0, nk) of one group (nk <= J; FULL: nk == J, no key checks). */
+NEON_INLINE void qkr_group(const int R, const int FULL, sdpa_dtype dt, int nk, int dk,
+                           float scale, const float *q, int ldq, const char *k, size_t ldkb,
+                           float *s, int lds) {
+    const int J = 16 / R;
+    float32x4_t acc[16];
+    _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) acc[i] = vdupq_n_f32(0.0f);
+    _Pragma("GCC unroll 16") for (int jj = 0; jj < J; jj++) {
+        if (!FULL && jj >= nk)
+            break;
+        qkr_key(R, J, dt, jj, dk, q, ldq, k + (size_t)jj * ldkb, acc);
+    }
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
+        const float32x4_t sum = vpaddq_f32(vpaddq_f32(acc[4 * i], acc[4 * i + 1]),
+                                           vpaddq_f32(acc[4 * i + 2], acc[4 * i + 3]));
+        const int r = 4 * i / J, j0 = 4 * i % J; /* row r, keys j0 .. j0 + 3 */
+        float *sr = s + (size_t)r * (size_t)lds + j0;
+        const float32x4_t x = vmulq_n_f32(sum, scale);
+        if (FULL || j0 + 4 <= nk)
+            vst1q_f32(sr, x);
+        else if (j0 < nk)
+            store_part(sr, x, nk - j0);
+    }
+}
+
+NEON_INLINE void qkr_rows(const int R, sdpa_dtype dt, int n, int dk, float scale,
+                          const float *q, int ldq, const void *k, int64_t ldk, float *s,
+                          int lds) {
+    const int J = 16 / R;
+    const size_t ldkb = (size_t)ldk * elem_bytes(dt), rowb = (size_t)dk * elem_bytes(dt);
+    const int ahead = (int)(SDPA_PREFETCH_AHEAD / rowb) + 1;
+    int j0 = 0;
+    for (; j0 + J <= n; j0 += J) {
+        for (int pj = j0 + ahead; pj < j0 + ahead + J && pj < n; pj++)
+            prefetch_row((const char *)k + (size_t)pj * ldkb, rowb);
+        qkr_group(R, 1, dt, J, dk, scale, q, ldq, (const char *)k + (size_t)j0 * ldkb, ldkb,
+                  s + j0, lds);
+    }
+    if (j0 < n)
+        qkr_group(R, 0, dt, n - j0, dk, scale, q, ldq, (const char *)k + (size_t)j0 * ldkb, ldkb,
+                  s + j0, lds);
+}
+
+/* Rows in tiles of 4, then 2, then 1; one instantiation per storage type. */
+NEON_INLINE void qk_rows_dt(sdpa_dtype dt, int m, int n, int dk, float scale, const float *q,
+                            int ldq, const void *k, int64_t ldk, float *s, int lds) {
+    int r = 0;
+    for (; r + 4 <= m; r += 4)
+        qkr_rows(4, dt, n, dk, scale, q + (size_t)r * (size_t)ldq, ldq, k, ldk,
+                 s + (size_t)r * (size_t)lds, lds);
+    if (m - r >= 2) {
+        qkr_rows(2, dt, n, dk, scale, q + (size_t)r * (size_t)ldq, ldq, k, ldk,
+                 s + (size_t)r * (size_t)lds, lds);
+        r += 2;
+    }
+    if (r < m)
+        qkr_rows(1, dt, n, dk, scale, q + (size_t)r * (size_t)ldq, ldq, k, ldk,
+                 s + (size_t)r * (size_t)lds, lds);
+}
+
+static void neon_qk_rows(int m, int n, int dk, float scale, const float *q, int ldq,
+                         const void *k, int64_t ldk, sdpa_dtype dt, float *s, int lds) {
+    switch (dt) {
+    case SDPA_F16:
+        qk_rows_dt(SDPA_F16, m, n, dk, scale, q, ldq, k, ldk, s, lds);
+        break;
+    case SDPA_BF16:
+        qk_rows_dt(SDPA_BF16, m, n, dk, scale, q, ldq, k, ldk, s, lds);
+        break;
+    case SDPA_F32:
+        qk_rows_dt(SDPA_F32, m, n, dk, scale, q, ldq, k, ldk, s, lds);
+        break;
+    }
+}
+
 /* ---- softmax ------------------------------------------------------------------------- */
 
 /* One row of the online-softmax step (ukernel.h). The max uses FMAXNM, which ignores a
@@ -434,28 +516,31 @@ static void neon_softmax(int m, int n, float *s, int lds, float *m_run, float *l
 /* ---- pv -------------------------------------------------------------------------------
  *
  * O tile (mr rows x nv vectors of 4 columns, or one partial vector of w = 1..3 columns
- * when w > 0) = alpha * O + P V. acc[r * nv + c]. Per 4 keys: mr loads of P (one vector
- * per row), then per key (lane) nv vectors of its V row, each FMLA'd against every row's
- * P lane. Keys past the last multiple of 4 use the P element itself (P padding is off
- * limits).
+ * when w > 0) = alpha * O + P V, V stored as dt and widened as it is loaded.
+ * acc[r * nv + c]. Per 4 keys: mr loads of P (one vector per row), then per key (lane) nv
+ * vectors of its V row, each FMLA'd against every row's P lane. Keys past the last
+ * multiple of 4 use the P element itself (P padding is off limits). v points at the
+ * tile's first column of key 0; V rows are ldvb bytes apart. With pf > 0 (decode: V
+ * streams from DRAM; the first tile only) the pfb bytes of the rows pf keys ahead, within
+ * the call, are prefetched: whole rows, so the other tiles find them in cache.
  */
-NEON_INLINE float32x4_t load_v(const float *vr, const int w) {
-    return w ? load_part(vr, w, vdupq_n_f32(0.0f)) : vld1q_f32(vr);
+NEON_INLINE float32x4_t load_v(const char *vr, int c, const int w, sdpa_dtype dt) {
+    return w ? load_part_dt(vr, c, w, dt) : load4(vr, c, dt);
 }
 
 #define PV_LANE(L)                                                                           \
     {                                                                                         \
-        const float *vr = v + (int64_t)(j + (L)) * ldv;                                       \
+        const char *vr = v + (size_t)(j + (L)) * ldvb;                                        \
         _Pragma("GCC unroll 16") for (int c = 0; c < nv; c++) {                               \
-            const float32x4_t vc = load_v(vr + 4 * c, w);                                     \
+            const float32x4_t vc = load_v(vr, 4 * c, w, dt);                                  \
             _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)                              \
                 acc[r * nv + c] = vfmaq_laneq_f32(acc[r * nv + c], vc, pv4[r], L);            \
         }                                                                                     \
     }
 
-NEON_INLINE void pv_tile(const int mr, const int nv, const int w, int n, const float *p,
-                         int ldp, const float *v, int64_t ldv, const float *alpha, float *o,
-                         int ldo) {
+NEON_INLINE void pv_tile(const int mr, const int nv, const int w, sdpa_dtype dt, int n,
+                         const float *p, int ldp, const char *v, size_t ldvb, const float *alpha,
+                         float *o, int ldo, int pf, size_t pfb) {
     float32x4_t acc[NACC];
     _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {
         const float32x4_t a = vdupq_n_f32(alpha ? alpha[r] : 1.0f);
@@ -467,6 +552,8 @@ NEON_INLINE void pv_tile(const int mr, const int nv, const int w, int n, const f
     }
     int j = 0;
     for (; j + 4 <= n; j += 4) {
+        for (int pj = j + pf; pf > 0 && pj < j + pf + 4 && pj < n; pj++)
+            prefetch_row(v + (size_t)pj * ldvb, pfb);
         float32x4_t pv4[MR];
         _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
             pv4[r] = vld1q_f32(p + (size_t)r * (size_t)ldp + j);
@@ -476,9 +563,9 @@ NEON_INLINE void pv_tile(const int mr, const int nv, const int w, int n, const f
         PV_LANE(3);
     }
     for (; j < n; j++) {
-        const float *vr = v + (int64_t)j * ldv;
+        const char *vr = v + (size_t)j * ldvb;
         _Pragma("GCC unroll 16") for (int c = 0; c < nv; c++) {
-            const float32x4_t vc = load_v(vr + 4 * c, w);
+            const float32x4_t vc = load_v(vr, 4 * c, w, dt);
             _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
                 acc[r * nv + c] = vfmaq_n_f32(acc[r * nv + c], vc, p[(size_t)r * (size_t)ldp + j]);
         }
@@ -494,48 +581,79 @@ NEON_INLINE void pv_tile(const int mr, const int nv, const int w, int n, const f
 }
 
 /* All dv columns for mr rows: nv vectors per tile, then single vectors, then the partial
- * one. */
-NEON_INLINE void pv_rows(const int mr, const int nv, int n, int dv, const float *p, int ldp,
-                         const float *v, int64_t ldv, const float *alpha, float *o, int ldo) {
+ * one; the first tile prefetches (pf, pfb: see pv_tile). */
+NEON_INLINE void pv_rows(const int mr, const int nv, sdpa_dtype dt, int n, int dv,
+                         const float *p, int ldp, const char *v, size_t ldvb,
+                         const float *alpha, float *o, int ldo, int pf) {
+    const size_t es = elem_bytes(dt), pfb = (size_t)dv * es;
     int c = 0;
     for (; c + 4 * nv <= dv; c += 4 * nv)
-        pv_tile(mr, nv, 0, n, p, ldp, v + c, ldv, alpha, o + c, ldo);
+        pv_tile(mr, nv, 0, dt, n, p, ldp, v + (size_t)c * es, ldvb, alpha, o + c, ldo,
+                c ? 0 : pf, pfb);
     for (; c + 4 <= dv; c += 4)
-        pv_tile(mr, 1, 0, n, p, ldp, v + c, ldv, alpha, o + c, ldo);
+        pv_tile(mr, 1, 0, dt, n, p, ldp, v + (size_t)c * es, ldvb, alpha, o + c, ldo,
+                c ? 0 : pf, pfb);
     switch (dv - c) {
     case 1:
-        pv_tile(mr, 1, 1, n, p, ldp, v + c, ldv, alpha, o + c, ldo);
+        pv_tile(mr, 1, 1, dt, n, p, ldp, v + (size_t)c * es, ldvb, alpha, o + c, ldo, c ? 0 : pf,
+                pfb);
         break;
     case 2:
-        pv_tile(mr, 1, 2, n, p, ldp, v + c, ldv, alpha, o + c, ldo);
+        pv_tile(mr, 1, 2, dt, n, p, ldp, v + (size_t)c * es, ldvb, alpha, o + c, ldo, c ? 0 : pf,
+                pfb);
         break;
     case 3:
-        pv_tile(mr, 1, 3, n, p, ldp, v + c, ldv, alpha, o + c, ldo);
+        pv_tile(mr, 1, 3, dt, n, p, ldp, v + (size_t)c * es, ldvb, alpha, o + c, ldo, c ? 0 : pf,
+                pfb);
         break;
     default:
         break;
     }
 }
 
-static void neon_pv(int m, int n, int dv, const float *p, int ldp, const float *v,
-                    int64_t ldv, const float *alpha, float *o, int ldo) {
+/* Rows up to which pv works like decode (prefetching whole V rows ahead in its first
+ * tile): a GQA group of 8. */
+#define PV_DECODE_M 8
+
+/* Rows in tiles of 8, 4, 2, 1; one instantiation per storage type. */
+NEON_INLINE void pv_dt(sdpa_dtype dt, int m, int n, int dv, const float *p, int ldp,
+                       const void *v, int64_t ldv, const float *alpha, float *o, int ldo) {
+    const char *vc = (const char *)v;
+    const size_t ldvb = (size_t)ldv * elem_bytes(dt);
+    const int pf =
+        m <= PV_DECODE_M ? (int)(SDPA_PREFETCH_AHEAD / ((size_t)dv * elem_bytes(dt))) + 1 : 0;
     int r = 0;
     for (; r + 8 <= m; r += 8)
-        pv_rows(8, 2, n, dv, p + (size_t)r * (size_t)ldp, ldp, v, ldv, alpha ? alpha + r : NULL,
-                o + (size_t)r * (size_t)ldo, ldo);
+        pv_rows(8, 2, dt, n, dv, p + (size_t)r * (size_t)ldp, ldp, vc, ldvb,
+                alpha ? alpha + r : NULL, o + (size_t)r * (size_t)ldo, ldo, r ? 0 : pf);
     if (m - r >= 4) {
-        pv_rows(4, 4, n, dv, p + (size_t)r * (size_t)ldp, ldp, v, ldv, alpha ? alpha + r : NULL,
-                o + (size_t)r * (size_t)ldo, ldo);
+        pv_rows(4, 4, dt, n, dv, p + (size_t)r * (size_t)ldp, ldp, vc, ldvb,
+                alpha ? alpha + r : NULL, o + (size_t)r * (size_t)ldo, ldo, r ? 0 : pf);
         r += 4;
     }
     if (m - r >= 2) {
-        pv_rows(2, 8, n, dv, p + (size_t)r * (size_t)ldp, ldp, v, ldv, alpha ? alpha + r : NULL,
-                o + (size_t)r * (size_t)ldo, ldo);
+        pv_rows(2, 8, dt, n, dv, p + (size_t)r * (size_t)ldp, ldp, vc, ldvb,
+                alpha ? alpha + r : NULL, o + (size_t)r * (size_t)ldo, ldo, r ? 0 : pf);
         r += 2;
     }
     if (m - r >= 1)
-        pv_rows(1, 8, n, dv, p + (size_t)r * (size_t)ldp, ldp, v, ldv, alpha ? alpha + r : NULL,
-                o + (size_t)r * (size_t)ldo, ldo);
+        pv_rows(1, 8, dt, n, dv, p + (size_t)r * (size_t)ldp, ldp, vc, ldvb,
+                alpha ? alpha + r : NULL, o + (size_t)r * (size_t)ldo, ldo, r ? 0 : pf);
+}
+
+static void neon_pv(int m, int n, int dv, const float *p, int ldp, const void *v,
+                    int64_t ldv, sdpa_dtype dt, const float *alpha, float *o, int ldo) {
+    switch (dt) {
+    case SDPA_F16:
+        pv_dt(SDPA_F16, m, n, dv, p, ldp, v, ldv, alpha, o, ldo);
+        break;
+    case SDPA_BF16:
+        pv_dt(SDPA_BF16, m, n, dv, p, ldp, v, ldv, alpha, o, ldo);
+        break;
+    case SDPA_F32:
+        pv_dt(SDPA_F32, m, n, dv, p, ldp, v, ldv, alpha, o, ldo);
+        break;
+    }
 }
 
 _Static_assert(SDPA_KERNELS_NFUNCS == 6, "the neon table must provide every tile function");
@@ -547,8 +665,8 @@ const sdpa_kernels sdpa_kernels_neon = {
     .bc = 64,
     .kp_align = NR,
     .pack_k = neon_pack_k,
-    .pack_v = neon_pack_v,
     .qk = neon_qk,
+    .qk_rows = neon_qk_rows,
     .softmax = neon_softmax,
     .pv = neon_pv,
     .vexp = neon_vexp,

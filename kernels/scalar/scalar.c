@@ -5,8 +5,9 @@
  * against tile by tile in tests/test_ukernel.c, so it is written to be obviously
  * right rather than fast: straight loops the compiler may vectorise with the baseline
  * ISA (SSE2 on x86-64), libm expf (glibc's is correctly rounded in practice: < 1 ulp),
- * the portable 16-bit conversions of kernels/convert.h. It is not a performance path; a CPU with AVX2, AVX-512
- * or NEON never runs it unless SDPA_ISA=scalar asks.
+ * the portable 16-bit conversions of kernels/convert.h (per element, where K and V are
+ * read). It is not a performance path; a CPU with AVX2, AVX-512 or NEON never runs it
+ * unless SDPA_ISA=scalar asks.
  *
  * Kp layout: transposed, Kp[d * n + j] = K[j][d], so qk's inner loop runs over
  * contiguous keys. kp_align is 1: no padding.
@@ -29,15 +30,6 @@ static void scalar_pack_k(int n, int dk, const void *k, int64_t ldk, sdpa_dtype 
     }
 }
 
-static void scalar_pack_v(int n, int dv, const void *v, int64_t ldv, sdpa_dtype dt,
-                          float *vp, int ldvp) {
-    for (int j = 0; j < n; j++) {
-        const char *row = (const char *)v + (size_t)j * (size_t)ldv * elem_bytes(dt);
-        for (int d = 0; d < dv; d++)
-            vp[(size_t)j * (size_t)ldvp + (size_t)d] = sdpa_load_as_f32(row, d, dt);
-    }
-}
-
 static void scalar_qk(int m, int n, int dk, float scale, const float *q, int ldq,
                       const float *kp, float *s, int lds) {
     for (int r = 0; r < m; r++) {
@@ -53,6 +45,22 @@ static void scalar_qk(int m, int n, int dk, float scale, const float *q, int ldq
         }
         for (int j = 0; j < n; j++)
             sr[j] *= scale;
+    }
+}
+
+/* Each score a plain dot product in d order, so a row's bits do not depend on m. */
+static void scalar_qk_rows(int m, int n, int dk, float scale, const float *q, int ldq,
+                           const void *k, int64_t ldk, sdpa_dtype dt, float *s, int lds) {
+    for (int r = 0; r < m; r++) {
+        const float *qr = q + (size_t)r * (size_t)ldq;
+        float *sr = s + (size_t)r * (size_t)lds;
+        for (int j = 0; j < n; j++) {
+            const char *row = (const char *)k + (size_t)j * (size_t)ldk * elem_bytes(dt);
+            float acc = 0.0f;
+            for (int d = 0; d < dk; d++)
+                acc += qr[d] * sdpa_load_as_f32(row, d, dt);
+            sr[j] = acc * scale;
+        }
     }
 }
 
@@ -82,8 +90,8 @@ static void scalar_softmax(int m, int n, float *s, int lds, float *m_run, float 
     }
 }
 
-static void scalar_pv(int m, int n, int dv, const float *p, int ldp, const float *v,
-                      int64_t ldv, const float *alpha, float *o, int ldo) {
+static void scalar_pv(int m, int n, int dv, const float *p, int ldp, const void *v,
+                      int64_t ldv, sdpa_dtype dt, const float *alpha, float *o, int ldo) {
     for (int r = 0; r < m; r++) {
         float *orow = o + (size_t)r * (size_t)ldo;
         const float *pr = p + (size_t)r * (size_t)ldp;
@@ -94,9 +102,9 @@ static void scalar_pv(int m, int n, int dv, const float *p, int ldp, const float
         }
         for (int j = 0; j < n; j++) {
             const float pj = pr[j];
-            const float *vj = v + (int64_t)j * ldv;
+            const char *vj = (const char *)v + (size_t)j * (size_t)ldv * elem_bytes(dt);
             for (int d = 0; d < dv; d++)
-                orow[d] += pj * vj[d];
+                orow[d] += pj * sdpa_load_as_f32(vj, d, dt);
         }
     }
 }
@@ -115,8 +123,8 @@ const sdpa_kernels sdpa_kernels_scalar = {
     .bc = 64,
     .kp_align = 1,
     .pack_k = scalar_pack_k,
-    .pack_v = scalar_pack_v,
     .qk = scalar_qk,
+    .qk_rows = scalar_qk_rows,
     .softmax = scalar_softmax,
     .pv = scalar_pv,
     .vexp = scalar_vexp,
