@@ -266,6 +266,104 @@ test-aarch64:
 	$(QEMU_AARCH64) $(AARCH64_RUN) --check
 	$(QEMU_AARCH64) -cpu cortex-a72 $(AARCH64_RUN) --check --isa neon --threads 1
 
+# ---- hardening: fuzzing, sanitizers, valgrind -----------------------------------------
+#   make fuzz [FUZZ_SECONDS=60] [FUZZ_ISA=auto|scalar|avx2|avx512|neon] [FUZZ_ARGS=...]
+#                        libFuzzer campaign on sdpa_forward (tests/fuzz/), clang with
+#                        -fsanitize=fuzzer,address,undefined; finds go to
+#                        build-fuzz/artifacts-<isa>/, the grown corpus to build-fuzz/corpus-<isa>/
+#   make fuzz-corpus     regenerate the committed seed corpus tests/fuzz/corpus
+#   make tsan            the concurrency suites (soak, threads) under ThreadSanitizer: clang,
+#                        libomp with its Archer tool so OpenMP's own synchronisation is seen
+#   make valgrind        memcheck on the suite (--quick), once per VALGRIND_ISAS (valgrind 3.19
+#                        cannot run AVX-512); VALGRIND_SUITES picks the suites
+# Each has its own build directory. The test suite replays the fuzz corpus too
+# (tests/test_fuzzcases.c), so its object joins the suite's.
+TEST_OBJS += $(BUILD)/obj/tests/fuzz/fuzz_core.o
+$(BUILD)/sdpa-test: $(BUILD)/obj/tests/fuzz/fuzz_core.o
+
+FUZZ_CC      ?= clang
+FUZZ_BUILD   := build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_ISA     ?= auto
+FUZZ_ARGS    ?=
+# The fuzz build instruments src/ and the scalar table (coverage for libFuzzer, ASan,
+# UBSan) and builds the SIMD tables plain: clang 14 took 6 minutes for kernels/avx512 alone
+# under ASan + UBSan (4 s plain), too long for CI. Their reads of caller memory are still
+# checked: the fuzz cases put their buffers against unmapped pages (tests/fuzz/fuzz_core.c).
+FUZZ_INSTR   := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all \
+                -fno-omit-frame-pointer
+FUZZ_CFLAGS  := -std=c11 -D_DEFAULT_SOURCE $(WARN) $(CFLAGS) -fopenmp -Iinclude
+FUZZ_OBJS    := $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(LIB_SRCS))
+FUZZ_SRCS    := tests/fuzz/fuzz_main.c tests/fuzz/fuzz_core.c tests/harness.c
+
+.PHONY: fuzz fuzz-corpus tsan valgrind
+$(FUZZ_BUILD)/obj/src/%.o: src/%.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_INSTR) $(ISA_DEFS) -MMD -MP -c $< -o $@
+
+$(FUZZ_BUILD)/obj/kernels/scalar/%.o: kernels/scalar/%.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_INSTR) -MMD -MP -c $< -o $@
+
+$(FUZZ_BUILD)/obj/kernels/%.o: kernels/%.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(ISAFLAGS_$(word 2,$(subst /, ,$<))) -MMD -MP -c $< -o $@
+
+$(FUZZ_BUILD)/sdpa-fuzz: $(FUZZ_SRCS) tests/fuzz/fuzz_core.h tests/harness.h $(FUZZ_OBJS)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
+	  -fno-sanitize-recover=all -fno-omit-frame-pointer -o $@ $(FUZZ_SRCS) $(FUZZ_OBJS) \
+	  -fopenmp=libomp -lm -lpthread
+
+fuzz: $(FUZZ_BUILD)/sdpa-fuzz
+	@mkdir -p $(FUZZ_BUILD)/corpus-$(FUZZ_ISA) $(FUZZ_BUILD)/artifacts-$(FUZZ_ISA)
+	SDPA_ISA=$(FUZZ_ISA) LSAN_OPTIONS=suppressions=tests/fuzz/lsan.supp \
+	  ./$(FUZZ_BUILD)/sdpa-fuzz -max_total_time=$(FUZZ_SECONDS) -timeout=30 \
+	  -rss_limit_mb=4096 -max_len=512 -print_final_stats=1 \
+	  -artifact_prefix=$(FUZZ_BUILD)/artifacts-$(FUZZ_ISA)/ $(FUZZ_ARGS) \
+	  $(FUZZ_BUILD)/corpus-$(FUZZ_ISA) tests/fuzz/corpus
+
+$(FUZZ_BUILD)/gen-corpus: tests/fuzz/gen_corpus.c tests/fuzz/fuzz_core.h
+	@mkdir -p $(dir $@)
+	$(CC) $(BASE_CFLAGS) -o $@ $<
+
+fuzz-corpus: $(FUZZ_BUILD)/gen-corpus
+	rm -rf tests/fuzz/corpus
+	mkdir -p tests/fuzz/corpus
+	./$(FUZZ_BUILD)/gen-corpus tests/fuzz/corpus
+
+-include $(shell find $(FUZZ_BUILD) -name '*.d' 2>/dev/null)
+
+# ThreadSanitizer sees OpenMP's synchronisation only through libomp's Archer tool
+# (libomp-dev); without it every team is a false race. The runtime itself is not
+# instrumented, hence ignore_noninstrumented_modules.
+TSAN_BUILD   := build-tsan
+TSAN_SECONDS ?= 20
+ARCHER       ?= $(firstword $(wildcard /usr/lib/llvm-*/lib/libarcher.so))
+tsan:
+	@test -n "$(ARCHER)" || { echo "make tsan needs libomp's Archer (libarcher.so):" \
+	  "apt-get install libomp-dev"; exit 1; }
+	$(MAKE) CC=clang SANITIZE=thread BUILD=$(TSAN_BUILD) $(TSAN_BUILD)/sdpa-test
+	TSAN_OPTIONS="halt_on_error=1 ignore_noninstrumented_modules=1" \
+	  OMP_TOOL_LIBRARIES=$(ARCHER) SDPA_SOAK_SECONDS=$(TSAN_SECONDS) \
+	  ./$(TSAN_BUILD)/sdpa-test --quick soak threads
+
+# memcheck on the gcc build, the process-wide ISA and the suites' ISA both forced, so no
+# instruction of another table runs; OpenMP's threads sleep instead of spinning (valgrind
+# runs one thread at a time). libgomp keeps its thread pool to the end: only definite
+# leaks count. Every suite but sweep and threads (the same code at many more shapes and
+# thread counts: over a minute each under valgrind, and the ASan build runs them).
+VALGRIND_BUILD  := build-vg
+VALGRIND_ISAS   ?= scalar avx2
+VALGRIND_SUITES ?= api seeds layout skip traps broken ukernel features layer extremes \
+                   fuzzcases soak
+valgrind:
+	$(MAKE) BUILD=$(VALGRIND_BUILD) $(VALGRIND_BUILD)/sdpa-test
+	for isa in $(VALGRIND_ISAS); do \
+	  SDPA_ISA=$$isa OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive valgrind -q --error-exitcode=99 \
+	    --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=definite \
+	    ./$(VALGRIND_BUILD)/sdpa-test --quick --isa $$isa $(VALGRIND_SUITES) || exit 1; \
+	done
+
 # sdpa.pc is written at install time: its paths are the PREFIX of that install.
 install: lib
 	install -d $(DESTDIR)$(INCDIR) $(DESTDIR)$(LIBDIR)/pkgconfig

@@ -66,7 +66,9 @@ typedef enum sdpa_status {
                                    finite (or softcap < 0), negative num_threads or window
                                    extent, unknown causal, isa or mask kind, a mask kind
                                    without data or data without a kind, dropout_p outside
-                                   [0, 1) or dimensions beyond the dropout counter */
+                                   [0, 1) or dimensions beyond the dropout counter, an
+                                   ALiBi slope that is not finite, a sink that is NaN or
+                                   +inf */
     SDPA_ERR_OUT_OF_MEMORY = 9, /* scratch allocation failed */
     SDPA_ERR_UNSUPPORTED_ISA = 10, /* the ISA asked for is not built in or not usable on
                                       this CPU */

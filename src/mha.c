@@ -90,11 +90,24 @@ size_t sdpa_mha_workspace_size(const sdpa_mha_desc *d) {
     /* the cross-attention shape bounds the self-attention one */
     if (mha_shape_of(d, 1, &s) != SDPA_OK)
         return 0;
-    double bytes = 4.0 * ((double)(s.B * s.T) * 2.0 * (double)s.dq +
-                          2.0 * (double)(s.B * s.Tkv) * (double)s.dk + (double)(s.B * s.Hq * s.T));
+    /* in double from the factors up: B T alone can pass int64 (each is up to 2^40) */
+    const double B = (double)s.B;
+    double bytes = 4.0 * (B * (double)s.T * 2.0 * (double)s.dq +
+                          2.0 * B * (double)s.Tkv * (double)s.dk + B * (double)s.Hq * (double)s.T);
     if (bytes > (double)PTRDIFF_MAX / 2)
         return 0;
     return mha_floats(&s, off) * sizeof(float);
+}
+
+/* *bytes = a b c d floats in bytes; 0 when that overflows int64 (each factor may be up to
+ * 2^40, so the product must be checked, not just computed). */
+static int float_bytes(size_t *bytes, int64_t a, int64_t b, int64_t c, int64_t d) {
+    int64_t n;
+    if (__builtin_mul_overflow(a, b, &n) || __builtin_mul_overflow(n, c, &n) ||
+        __builtin_mul_overflow(n, d, &n) || __builtin_mul_overflow(n, (int64_t)sizeof(float), &n))
+        return 0;
+    *bytes = (size_t)n;
+    return 1;
 }
 
 static int overlaps(const void *a, size_t an, const void *b, size_t bn) {
@@ -114,9 +127,11 @@ sdpa_status sdpa_mha_forward(const sdpa_mha_desc *d, const float *x, const float
         return SDPA_ERR_MISALIGNED;
     if (sdpa_mha_workspace_size(d) == 0)
         return SDPA_ERR_OVERFLOW;
-    const size_t xb = (size_t)(s.B * s.T * s.din) * 4, kvb = (size_t)(s.B * s.Tkv * s.dkv) * 4;
-    const size_t yb = (size_t)(s.B * s.T * s.dout) * 4;
-    const size_t wb = weights ? (size_t)(s.B * s.Hq * s.T * s.Tkv) * 4 : 0;
+    size_t xb, kvb, yb, wb = 0;
+    if (!float_bytes(&xb, s.B, s.T, s.din, 1) || !float_bytes(&kvb, s.B, s.Tkv, s.dkv, 1) ||
+        !float_bytes(&yb, s.B, s.T, s.dout, 1) ||
+        (weights && !float_bytes(&wb, s.B, s.Hq, s.T, s.Tkv)))
+        return SDPA_ERR_OVERFLOW;
     if (overlaps(y, yb, x, xb) || overlaps(y, yb, kv, kvb) || overlaps(y, yb, weights, wb) ||
         overlaps(weights, wb, x, xb) || overlaps(weights, wb, kv, kvb))
         return SDPA_ERR_OVERLAP;

@@ -4,8 +4,9 @@
  * Every check that can fail runs before either entry point allocates or writes
  * anything, so an error leaves the outputs untouched. The checks are exact integer
  * arithmetic with explicit overflow tests (64-bit element offsets everywhere); nothing
- * here reads tensor data. This file does not decide how to compute, only whether the
- * request is well formed.
+ * here reads tensor data (only the small caller arrays: sequence lengths, and the
+ * per-head ALiBi slopes and sinks, which must be finite). This file does not decide how
+ * to compute, only whether the request is well formed.
  */
 #include <math.h>
 #include <stdint.h>
@@ -249,6 +250,15 @@ static sdpa_status validate(const sdpa_desc *desc, const sdpa_tensor *q, const s
             if ((st = array_span(harr[i], Hq, sizeof(float), &in[nin++])) != SDPA_OK)
                 return st;
         }
+    /* The per-head parameters are arguments like scale, not data: a NaN or infinite slope
+     * turns the scores it touches into NaN (inf * 0 on the diagonal) and a NaN or +inf
+     * sink every row of its head, so they are refused like a non-finite scale. A sink of
+     * -inf is allowed: it is the sink switched off for that head. */
+    for (int64_t h = 0; h < Hq; h++) {
+        CHECK(!desc->alibi_slopes || isfinite(desc->alibi_slopes[h]), SDPA_ERR_BAD_ARGUMENT);
+        CHECK(!desc->sinks || isfinite(desc->sinks[h]) || desc->sinks[h] == -INFINITY,
+              SDPA_ERR_BAD_ARGUMENT);
+    }
     const int64_t *larr[2] = {varlen ? desc->cu_seqlens_q : desc->q_lens,
                               varlen ? desc->cu_seqlens_kv : desc->kv_lens};
     for (int i = 0; i < 2; i++)

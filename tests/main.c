@@ -27,6 +27,8 @@ static const suite suites[] = {
     {"traps", suite_traps, 1},     {"broken", suite_broken, 1},
     {"ukernel", suite_ukernel, 1}, {"features", suite_features, 1},
     {"layer", suite_layer, 1},
+    {"extremes", suite_extremes, 1}, {"fuzzcases", suite_fuzzcases, 1},
+    {"soak", suite_soak, 0},
 };
 enum { NSUITES = sizeof suites / sizeof suites[0] };
 

@@ -17,6 +17,9 @@ void suite_broken(void);  /* a deliberately broken kernel must be caught */
 void suite_ukernel(void); /* each tile function against double precision */
 void suite_features(void);/* masks, lengths, windows, modifiers, dtypes */
 void suite_layer(void);   /* sdpa_linear, attention weights, the MHA layer */
+void suite_extremes(void);  /* scales, inf/NaN, subnormals, huge T, int64 limits */
+void suite_fuzzcases(void); /* the fuzz corpus and regression inputs, replayed */
+void suite_soak(void);      /* many host threads at once, bit-identical results */
 
 /* Set by main.c from --quick: smaller sweeps for slow builds (sanitizers). */
 extern int th_quick;

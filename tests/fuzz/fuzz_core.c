@@ -1,0 +1,1097 @@
+/*
+ * fuzz_core.c - one fuzz case of sdpa_forward (see fuzz_core.h for the byte format).
+ *
+ * What one case checks:
+ *   - the status: a deliberate fault (FZ_FAULT) or a view whose extent overflows must
+ *     fail; a plain case must succeed; an output placed over an input must fail with
+ *     SDPA_ERR_OVERLAP; sdpa_forward and sdpa_reference agree on the status (the
+ *     reference ignores desc.isa, so only SDPA_ERR_UNSUPPORTED_ISA may differ);
+ *   - on failure, the output buffers (o with its gaps, and lse) hold exactly the bytes
+ *     they held before, for both entry points;
+ *   - on success: every output element was written and nothing between them (the fused
+ *     call is run twice, over two different fill patterns and with two thread counts,
+ *     and must give the same bits: the design's thread-count invariance); an accepted
+ *     output view really has no two elements at one address and really misses the
+ *     inputs; the stats counters add up; and, for inputs where the suite's tolerance is
+ *     meaningful, the fused outputs match the reference (below);
+ *   - inputs are never written, whatever the status.
+ *
+ * When the comparison is meaningful. Data is uniform in [-1, 1) (stored in its dtype),
+ * scales are at most 2/sqrt(Dk), ALiBi slopes are bounded so a penalty stays below 16,
+ * additive masks lie in [-2, 2) or are -inf, sinks in [-1, 3) or -inf: every score is
+ * then small enough that the fp32 path carries the DESIGN section 6 tolerance
+ * (|o - r| <= 1e-5 + 1e-4 |r|, plus one unit in the last place of a 16-bit output, as
+ * tests/harness.h th_compare). Special values injected into that data (NaN, +-inf,
+ * subnormals, signed zeros) keep the comparison: the reference defines where NaN and
+ * inf appear, and the fused path must put them in the same places, since with scores
+ * bounded no softmax weight underflows to 0 in fp32 where the double reference keeps it
+ * positive (an inf in V times a weight is inf in both, never inf * 0). Raw bit patterns
+ * as data, a huge scale (1e30: the argmax flips on one rounding), injected 1e30 values
+ * and an inf in Q or K under a large softcap (it scores +-cap, and fp32 scores that large
+ * no longer resolve the small terms added to them) are outside that domain: they are
+ * checked for everything above except the values.
+ */
+#include "fuzz_core.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../kernels/convert.h"
+#include "../harness.h"
+
+/* Under AddressSanitizer, malloc's redzones catch an over- or under-read of instrumented
+ * code to the byte. The SIMD kernel tables are built without instrumentation (the
+ * Makefile says why), so a case may ask (FZ_ALIAS bit 7) for buffers that end on an
+ * unmapped page instead, or start after one (bit 6), which catches them too; outside
+ * AddressSanitizer (the normal suite, valgrind) every buffer is guarded that way. */
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FZ_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) && !defined(FZ_ASAN)
+#define FZ_ASAN 1
+#endif
+
+/* Largest buffer a case allocates; a view that would need more (a huge stride that does
+ * not overflow) gets its natural strides instead, since validation cannot know the
+ * caller's buffer size and would rightly accept it. */
+#define FZ_MAX_BYTES ((int64_t)1 << 24)
+
+/* Work bound, B Hq Tq Tkv (Dk + Dv), so one case runs in milliseconds under sanitizers;
+ * the medium class may go to 4x, past the driver's serial threshold
+ * (src/sdpa.c SERIAL_FLOPS_MAX = 2^22 flops), so OpenMP teams run too. */
+#define FZ_WORK_MAX ((int64_t)1 << 20)
+
+/* Largest score magnitude at which values are compared: 64 2^-24 = 4e-6 of absolute
+ * error per score, inside the 1e-5 of the DESIGN section 6 tolerance. */
+#define FZ_SCORE_MAX 64.0f
+
+enum { OP_Q, OP_K, OP_V, OP_O, NOPS };
+enum { EXPECT_OK, EXPECT_FAIL, EXPECT_STATUS, EXPECT_ANY };
+
+typedef struct fz_view {
+    sdpa_tensor t;
+    int64_t n[3], d; /* dims (VB, H, T) and the contiguous last dim */
+    size_t es;
+    int64_t ext;     /* elements spanned; -1 when validation must refuse (overflow) */
+    char *buf;       /* allocation holding it (o may live in q's, lse in o's or v's) */
+    size_t bytes;    /* bytes of the view's region, rounded up to 8 */
+} fz_view;
+
+typedef struct fz_case {
+    uint8_t h[FZ_NFIELDS];
+    uint64_t seed;
+    const uint8_t *inj;
+    size_t ninj;
+    sdpa_isa isa;
+
+    int64_t B, Hq, Hkv, Tq, Tkv, Dk, Dv;
+    int64_t VB, vTq, vTkv, maxq, maxkv;
+    sdpa_desc desc;
+    fz_view v[NOPS];
+    float *lse;
+    char *lse_buf;
+    size_t lse_bytes;
+    void *mask;
+    size_t mask_bytes;
+    float *slopes, *sinks;
+    int64_t *qlens, *kvlens, *cuq, *cukv;
+
+    int expect;
+    sdpa_status expect_status;
+    int compare;       /* inputs inside the domain where values are compared */
+    int out_wild;      /* o has fuzzed strides: validation may refuse them */
+    int alias;         /* 0 none, 1 o in q's buffer, 2 lse in o's */
+    int inf_in_v;      /* an injected inf in V (see in_domain) */
+    int inf_in_qk;     /* an injected inf in Q or K (see in_domain) */
+    int o_foreign;     /* a fault pointed o into an input: only the inputs are checked */
+    char *oreg, *lreg; /* the regions o and lse occupy (before any misaligning fault) */
+    size_t oreg_bytes, lreg_bytes;
+    sdpa_stats stats;
+} fz_case;
+
+/* ---- small helpers ----------------------------------------------------------------- */
+
+/* How the case's buffers are allocated: 0 malloc, else a TH_GUARD_* + 1. */
+static int alloc_mode;
+
+static void *fz_alloc(size_t bytes) {
+    return alloc_mode ? th_alloc(bytes, alloc_mode - 1) : malloc(bytes);
+}
+
+static void fz_free(void *p) {
+    if (alloc_mode)
+        th_free(p);
+    else
+        free(p);
+}
+
+static size_t round8(size_t a) { return (a + 7) & ~(size_t)7; }
+static size_t dt_size(sdpa_dtype t) { return t == SDPA_F32 ? 4 : 2; }
+
+/* Elements a view spans (last offset + 1), or -1 where validation must refuse it: the
+ * extent overflows int64 or its bytes pass PTRDIFF_MAX (src/validate.c view_span). */
+static int64_t view_extent(const int64_t n[3], const int64_t s[3], int64_t d, size_t es) {
+    __int128 last = d - 1;
+    for (int i = 0; i < 3; i++)
+        last += (__int128)(n[i] - 1) * s[i];
+    if (last + 1 > (__int128)INT64_MAX || (last + 1) * (__int128)es > (__int128)PTRDIFF_MAX)
+        return -1;
+    return (int64_t)(last + 1);
+}
+
+static void put(void *buf, size_t e, sdpa_dtype dt, float x) {
+    if (dt == SDPA_F16)
+        ((uint16_t *)buf)[e] = sdpa_f32_to_f16(x);
+    else if (dt == SDPA_BF16)
+        ((uint16_t *)buf)[e] = sdpa_f32_to_bf16(x);
+    else
+        memcpy((char *)buf + 4 * e, &x, 4);
+}
+
+static float get(const void *buf, size_t e, sdpa_dtype dt) {
+    return sdpa_load_as_f32(buf, (int64_t)e, dt);
+}
+
+static void fail(char *msg, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void fail(char *msg, size_t n, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, n, fmt, ap);
+    va_end(ap);
+}
+
+/* ---- decoding ---------------------------------------------------------------------- */
+
+/* The strides of operand `op` from FZ_LAYOUT and its FZ_WILD byte; *wild says whether
+ * they came from the fuzzed selectors. */
+static void choose_strides(fz_case *c, int op, int *wild) {
+    fz_view *w = &c->v[op];
+    const int64_t H = w->n[1], T = w->n[2], D = w->d;
+    const int lay = (c->h[FZ_LAYOUT] >> (2 * op)) & 3;
+    sdpa_tensor *t = &w->t;
+    *wild = 0;
+    switch (lay) {
+    case 0:
+        t->stride_t = D, t->stride_h = T * D, t->stride_b = H * T * D;
+        return;
+    case 1:
+        t->stride_h = D, t->stride_t = H * D, t->stride_b = T * H * D;
+        return;
+    case 2: /* odd gaps between rows, heads and batch entries */
+        t->stride_t = D + 3, t->stride_h = T * (D + 3) + 5, t->stride_b = H * t->stride_h + 7;
+        return;
+    }
+    *wild = 1;
+    const uint8_t sel = c->h[FZ_WILD_Q + op];
+    static const int64_t gaps[4] = {1, 3, 17, 64};
+    /* near the int64 limits, and one (2^40 + 1) that overflows only with the others */
+    static const int64_t huge[4] = {INT64_MAX, (int64_t)1 << 62, ((int64_t)1 << 61) + 7,
+                                    ((int64_t)1 << 40) + 1};
+    const int64_t nat[3] = {D, T * D, H * T * D};
+    int64_t *dst[3] = {&t->stride_t, &t->stride_h, &t->stride_b};
+    for (int i = 0; i < 3; i++) {
+        switch ((sel >> (2 * i)) & 3) {
+        case 0:
+            *dst[i] = 0;
+            break;
+        case 1:
+            *dst[i] = nat[i];
+            break;
+        case 2:
+            *dst[i] = nat[i] + gaps[sel >> 6];
+            break;
+        default:
+            *dst[i] = huge[sel >> 6];
+            break;
+        }
+    }
+}
+
+/* Shape of the case: class, dims, bounded work. */
+static void decode_shape(fz_case *c) {
+    const uint8_t *h = c->h;
+    const int cls = h[FZ_CLASS] % 4;
+    const unsigned tkv16 = h[FZ_TKV] | (unsigned)h[FZ_TKV_HI] << 8;
+    const unsigned dk16 = h[FZ_DK] | (unsigned)h[FZ_DK_HI] << 8;
+    int64_t g;
+    switch (cls) {
+    case 0: /* small: inside one tile */
+        c->B = 1 + h[FZ_B] % 2, c->Hkv = 1 + h[FZ_HKV] % 2, g = 1 + h[FZ_GROUP] % 3;
+        c->Tq = 1 + h[FZ_TQ] % 24, c->Tkv = 1 + h[FZ_TKV] % 72;
+        c->Dk = 1 + h[FZ_DK] % 40, c->Dv = 1 + h[FZ_DV] % 40;
+        break;
+    case 1: /* medium: across Br = 32/96 and Bc = 64 tile edges */
+        c->B = 1 + h[FZ_B] % 3, c->Hkv = 1 + h[FZ_HKV] % 3, g = 1 + h[FZ_GROUP] % 4;
+        c->Tq = 1 + h[FZ_TQ] % 140, c->Tkv = 1 + tkv16 % 200;
+        c->Dk = 1 + h[FZ_DK] % 72, c->Dv = 1 + h[FZ_DV] % 72;
+        break;
+    case 2: /* decode: few rows (grouped GQA up to 16), long Tkv (split-KV from 1024) */
+        c->B = 1 + h[FZ_B] % 2, c->Hkv = 1 + h[FZ_HKV] % 2, g = 1 + h[FZ_GROUP] % 8;
+        c->Tq = 1 + h[FZ_TQ] % 18, c->Tkv = 1 + tkv16 % 2200;
+        c->Dk = 1 + h[FZ_DK] % 40, c->Dv = 1 + h[FZ_DV] % 40;
+        break;
+    default: /* wide head dims, up to Dk = 1100 */
+        c->B = 1, c->Hkv = 1 + h[FZ_HKV] % 2, g = 1 + h[FZ_GROUP] % 2;
+        c->Tq = 1 + h[FZ_TQ] % 9, c->Tkv = 1 + h[FZ_TKV] % 70;
+        c->Dk = 1 + dk16 % 1100, c->Dv = 1 + h[FZ_DV] % 300;
+        break;
+    }
+    const int64_t limit = cls == 1 ? 4 * FZ_WORK_MAX : FZ_WORK_MAX;
+    for (;;) {
+        const int64_t work = c->B * c->Hkv * g * c->Tq * c->Tkv * (c->Dk + c->Dv);
+        if (work <= limit)
+            break;
+        /* decode keeps its long Tkv and gives up rows and heads first */
+        if (cls == 2 && c->Tq > 1)
+            c->Tq = (c->Tq + 1) / 2;
+        else if (cls == 2 && c->B * c->Hkv * g > 1)
+            c->B > 1 ? c->B-- : g > 1 ? g-- : c->Hkv--;
+        else if (c->Tkv >= c->Tq && c->Tkv > 1)
+            c->Tkv = (c->Tkv + 1) / 2;
+        else if (c->Tq > 1)
+            c->Tq = (c->Tq + 1) / 2;
+        else if (c->B * c->Hkv * g > 1)
+            c->B > 1 ? c->B-- : g > 1 ? g-- : c->Hkv--;
+        else if (c->Dk >= c->Dv)
+            c->Dk = (c->Dk + 1) / 2;
+        else
+            c->Dv = (c->Dv + 1) / 2;
+    }
+    c->Hq = c->Hkv * g;
+}
+
+/* q_lens / kv_lens / cu_seqlens, from their own stream of the data seed. */
+static void decode_lengths(fz_case *c) {
+    const int mode = c->h[FZ_LENS] % 5;
+    uint64_t rng = c->seed ^ 0x1e9e3779u;
+    c->vTq = c->Tq, c->vTkv = c->Tkv, c->VB = c->B;
+    c->maxq = c->Tq, c->maxkv = c->Tkv;
+    if (mode == 0)
+        return;
+    int64_t *ql = malloc((size_t)c->B * sizeof *ql), *kl = malloc((size_t)c->B * sizeof *kl);
+    for (int64_t b = 0; b < c->B; b++) {
+        const uint64_t r = th_rand_u64(&rng);
+        /* entry 0 full, the rest anywhere in [0, T] (0 included: no rows, no keys) */
+        ql[b] = b == 0 ? c->Tq : (int64_t)(r % (uint64_t)(c->Tq + 1));
+        kl[b] = b == 0 ? c->Tkv : (int64_t)((r >> 32) % (uint64_t)(c->Tkv + 1));
+    }
+    if (mode == 4) {
+        c->cuq = malloc((size_t)(c->B + 1) * sizeof(int64_t));
+        c->cukv = malloc((size_t)(c->B + 1) * sizeof(int64_t));
+        c->cuq[0] = c->cukv[0] = 0;
+        c->maxq = c->maxkv = 0;
+        for (int64_t b = 0; b < c->B; b++) {
+            c->cuq[b + 1] = c->cuq[b] + ql[b];
+            c->cukv[b + 1] = c->cukv[b] + kl[b];
+            c->maxq = ql[b] > c->maxq ? ql[b] : c->maxq;
+            c->maxkv = kl[b] > c->maxkv ? kl[b] : c->maxkv;
+        }
+        /* a few rows and keys no sequence owns; at least one row and key per view */
+        const uint64_t r = th_rand_u64(&rng);
+        c->vTq = c->cuq[c->B] + (int64_t)(r % 3), c->vTkv = c->cukv[c->B] + (int64_t)((r >> 8) % 3);
+        c->vTq += c->vTq == 0, c->vTkv += c->vTkv == 0;
+        c->VB = 1;
+        c->desc.cu_seqlens_q = c->cuq;
+        c->desc.cu_seqlens_kv = c->cukv;
+        free(ql);
+        free(kl);
+        return;
+    }
+    if (mode == 1 || mode == 3) {
+        c->qlens = ql;
+        c->desc.q_lens = ql;
+    } else {
+        free(ql);
+    }
+    if (mode == 1 || mode == 2) {
+        c->kvlens = kl;
+        c->desc.kv_lens = kl;
+    } else {
+        free(kl);
+    }
+}
+
+/* Descriptor fields other than shape and lengths. */
+static void decode_options(fz_case *c) {
+    const uint8_t *h = c->h;
+    sdpa_desc *d = &c->desc;
+    d->batch = c->B, d->heads_q = c->Hq, d->heads_kv = c->Hkv;
+    d->len_q = c->vTq, d->len_kv = c->vTkv, d->dim_qk = c->Dk, d->dim_v = c->Dv;
+    d->causal = h[FZ_CAUSAL] % 3;
+    const float rs = (float)(1.0 / sqrt((double)c->Dk));
+    switch (h[FZ_SCALE] % 8) {
+    case 1: d->scale = 0.5f * rs; break;
+    case 2: d->scale = 2.0f * rs; break;
+    case 3: d->scale = -rs; break;
+    case 4: d->scale = 1e-30f; break;         /* scores underflow towards 0 */
+    case 5: d->scale = FLT_TRUE_MIN; break;   /* a subnormal scale */
+    case 6: d->scale = 1e30f; c->compare = 0; break; /* ill-conditioned: argmax */
+    case 7: d->scale = 0.125f; break;
+    default: d->scale = 0.0f; break;          /* the default, 1/sqrt(Dk) */
+    }
+    static const float caps[8] = {0, 0, 0, 0, 0.5f, 5.0f, 30.0f, 1e4f};
+    d->softcap = caps[h[FZ_SOFTCAP] % 8];
+    if (h[FZ_WINDOW] % 4 >= 2) {
+        d->window = 1;
+        if (h[FZ_WINDOW] % 4 == 2) {
+            d->window_left = h[FZ_WL] % 70;
+            d->window_right = h[FZ_WR] % 70;
+        } else { /* extents at and near the limit, never overflowing the row rule */
+            static const int64_t far[4] = {0, 1, ((int64_t)1 << 39) + 3, SDPA_MAX_DIM};
+            d->window_left = far[h[FZ_WL] % 4];
+            d->window_right = far[h[FZ_WR] % 4];
+        }
+    }
+    static const float drops[4] = {0, 0, 0.25f, 0.9f};
+    d->dropout_p = drops[h[FZ_DROPOUT] % 4];
+    d->dropout_seed = c->seed;
+    static const int threads[5] = {0, 1, 2, 3, 7};
+    d->num_threads = threads[h[FZ_THREADS] % 5];
+    switch (h[FZ_ISA] % 8) {
+    case 6:
+        d->isa = SDPA_ISA_AUTO; /* the process-wide choice */
+        break;
+    case 7: /* an ISA this build or CPU lacks, if there is one */
+        d->isa = c->isa;
+        for (int i = SDPA_ISA_SCALAR; i < SDPA_ISA_COUNT_; i++)
+            if (!sdpa_isa_supported((sdpa_isa)i)) {
+                d->isa = i;
+                break;
+            }
+        break;
+    default:
+        d->isa = c->isa;
+        break;
+    }
+    if (h[FZ_MODS] & 8)
+        d->stats = &c->stats;
+}
+
+/* ---- data -------------------------------------------------------------------------- */
+
+static void fill_view(fz_case *c, int op, uint64_t *rng) {
+    fz_view *w = &c->v[op];
+    const int raw = c->h[FZ_DATA] % 4 == 3;
+    for (int64_t e = 0; e < w->ext; e++) {
+        const uint64_t r = th_rand_u64(rng);
+        if (raw && w->es == 2) {
+            ((uint16_t *)(void *)w->t.data)[e] = (uint16_t)r;
+        } else if (raw) {
+            const uint32_t u = (uint32_t)r;
+            memcpy((char *)w->t.data + 4 * e, &u, 4);
+        } else {
+            put(w->t.data, (size_t)e, w->t.dtype,
+                (float)((double)(r >> 11) * 0x1p-53 * 2.0 - 1.0));
+        }
+    }
+}
+
+static void make_mask(fz_case *c, uint64_t *rng) {
+    const uint8_t m = c->h[FZ_MASK];
+    const int kind = m & 3;
+    if (kind == 0 || kind == 3)
+        return;
+    const int isbool = kind == SDPA_MASK_BOOL;
+    const sdpa_dtype dt = isbool ? SDPA_F32 : (sdpa_dtype)(((m >> 2) & 3) % 3);
+    const size_t es = isbool ? 1 : dt_size(dt);
+    const int bb = (m >> 4) & 1, bh = (m >> 5) & 1, br = (m >> 6) & 1;
+    sdpa_mask mk = {.kind = (sdpa_mask_kind)kind, .dtype = dt};
+    const int64_t rows = br ? 1 : c->maxq, heads = bh ? 1 : c->Hq;
+    const int64_t ld = c->maxkv + (int64_t)(c->seed % 4);
+    mk.stride_q = br ? 0 : ld;
+    mk.stride_h = bh ? 0 : rows * ld;
+    mk.stride_b = bb ? 0 : heads * rows * ld;
+    if ((m & 0x80) && c->B > 1 && !bb)
+        mk.stride_b = INT64_MAX / 2 + 1; /* (B - 1) stride_b overflows: must be refused */
+    int64_t ext = 1;
+    if (c->maxq > 0 && c->maxkv > 0) {
+        const int64_t n[3] = {c->B, c->Hq, c->maxq}, s[3] = {mk.stride_b, mk.stride_h, mk.stride_q};
+        ext = view_extent(n, s, c->maxkv, es);
+        if (ext >= 0 && ext * (int64_t)es > FZ_MAX_BYTES) { /* accepted, not allocatable */
+            mk.stride_b = bb ? 0 : heads * rows * ld;
+            const int64_t s2[3] = {mk.stride_b, mk.stride_h, mk.stride_q};
+            ext = view_extent(n, s2, c->maxkv, es);
+        }
+        if (ext < 0) {
+            c->expect = EXPECT_FAIL;
+            ext = c->maxkv > 0 ? c->maxkv : 1;
+        }
+    }
+    c->mask_bytes = (size_t)ext * es;
+    c->mask = fz_alloc(c->mask_bytes);
+    static const double hidden[4] = {0.0, 0.3, 0.9, 1.0};
+    const double hide = hidden[c->h[FZ_MASK_HIDDEN] % 4];
+    for (int64_t e = 0; e < ext; e++) {
+        const uint64_t r = th_rand_u64(rng);
+        const int hid = (double)(r >> 11) * 0x1p-53 < hide;
+        if (isbool)
+            ((uint8_t *)c->mask)[e] = hid ? 0 : (uint8_t)(1 + (r & 0x7f));
+        else
+            put(c->mask, (size_t)e, dt,
+                hid ? -INFINITY : (float)((double)(r >> 11) * 0x1p-53 * 4.0 - 2.0));
+    }
+    mk.data = c->mask;
+    c->desc.mask = mk;
+}
+
+/* Special values from the injections (data class 2 only). */
+static void inject(fz_case *c) {
+    if (c->h[FZ_DATA] % 4 != 2)
+        return;
+    for (size_t i = 0; i < c->ninj; i++) {
+        const uint8_t *p = c->inj + FZ_INJ_BYTES * i;
+        const int op = p[0] % 4; /* q, k, v or the mask */
+        const size_t idx = p[1] | (size_t)p[2] << 8;
+        const int kind = p[3] % 8;
+        void *buf;
+        size_t n;
+        sdpa_dtype dt;
+        if (op == 3) {
+            if (!c->mask || c->desc.mask.kind != SDPA_MASK_ADDITIVE)
+                continue;
+            buf = c->mask, dt = c->desc.mask.dtype, n = c->mask_bytes / dt_size(dt);
+        } else {
+            buf = c->v[op].t.data, dt = c->v[op].t.dtype, n = (size_t)c->v[op].ext;
+        }
+        const size_t e = idx % n;
+        /* the smallest subnormal of each format, times a small odd factor */
+        const float sub = dt == SDPA_F16 ? 0x1p-24f * 3 : 0x1p-149f * 3;
+        static const float big = 1e30f;
+        const float vals[8] = {NAN, INFINITY, -INFINITY, sub, -sub, 0.0f, -0.0f, big};
+        if (kind == 7) {
+            c->compare = 0; /* a lone huge score: the argmax may flip on one rounding */
+            if (dt == SDPA_F16)
+                continue; /* not representable (would become inf) */
+        }
+        if ((kind == 1 || kind == 2) && op == OP_V)
+            c->inf_in_v = 1;
+        if ((kind == 1 || kind == 2) && (op == OP_Q || op == OP_K))
+            c->inf_in_qk = 1;
+        put(buf, e, dt, vals[kind]);
+    }
+}
+
+/* ---- buffers ----------------------------------------------------------------------- */
+
+static void setup_views(fz_case *c) {
+    const int64_t H[NOPS] = {c->Hq, c->Hkv, c->Hkv, c->Hq};
+    const int64_t T[NOPS] = {c->vTq, c->vTkv, c->vTkv, c->vTq};
+    const int64_t D[NOPS] = {c->Dk, c->Dk, c->Dv, c->Dv};
+    for (int op = 0; op < NOPS; op++) {
+        fz_view *w = &c->v[op];
+        w->t.dtype = (sdpa_dtype)(((c->h[FZ_DTYPE] >> (2 * op)) & 3) % 3);
+        w->es = dt_size(w->t.dtype);
+        w->n[0] = c->VB, w->n[1] = H[op], w->n[2] = T[op], w->d = D[op];
+        int wild;
+        choose_strides(c, op, &wild);
+        const int64_t s[3] = {w->t.stride_b, w->t.stride_h, w->t.stride_t};
+        w->ext = view_extent(w->n, s, w->d, w->es);
+        if (w->ext >= 0 && w->ext * (int64_t)w->es > FZ_MAX_BYTES) {
+            /* accepted but too big to allocate: the caller would be lying, not us */
+            w->t.stride_t = D[op], w->t.stride_h = T[op] * D[op];
+            w->t.stride_b = H[op] * T[op] * D[op];
+            const int64_t s2[3] = {w->t.stride_b, w->t.stride_h, w->t.stride_t};
+            w->ext = view_extent(w->n, s2, w->d, w->es);
+            wild = 0;
+        }
+        if (w->ext < 0) {
+            c->expect = EXPECT_FAIL; /* validation must refuse before reading anything */
+            w->ext = w->d;
+        }
+        if (op == OP_O && wild)
+            c->out_wild = 1;
+        w->bytes = round8((size_t)w->ext * w->es);
+    }
+    const size_t lse_n = (size_t)(c->VB * c->Hq * c->vTq);
+    const int want_lse = !(c->h[FZ_MODS] & 4);
+    c->lse_bytes = round8(lse_n * sizeof(float));
+    const int alias = c->h[FZ_ALIAS] % 8;
+    c->alias = alias == 6 ? 1 : alias == 7 && want_lse ? 2 : 0;
+
+    /* where the aliased region starts inside its host: at its start, in its middle, on
+     * its last 8 bytes (all overlapping), or just past its end (disjoint, valid) */
+    fz_view *host = c->alias == 1 ? &c->v[OP_Q] : c->alias == 2 ? &c->v[OP_O] : NULL;
+    size_t at = 0, extra = 0;
+    if (host) {
+        const size_t hb = host->bytes;
+        const size_t offs[4] = {0, (hb / 2) & ~(size_t)7, hb >= 8 ? hb - 8 : 0, hb};
+        at = offs[c->h[FZ_ALIAS_AT] % 4];
+        extra = c->alias == 1 ? c->v[OP_O].bytes : c->lse_bytes;
+        if (at < hb) {
+            if (c->expect == EXPECT_OK && !c->out_wild) {
+                c->expect = EXPECT_STATUS;
+                c->expect_status = SDPA_ERR_OVERLAP;
+            } else if (c->expect == EXPECT_OK) {
+                c->expect = EXPECT_FAIL;
+            }
+        }
+    }
+    for (int op = 0; op < NOPS; op++) {
+        fz_view *w = &c->v[op];
+        if (op == OP_O && c->alias == 1) {
+            w->buf = NULL;
+            w->t.data = c->v[OP_Q].buf + at;
+            continue;
+        }
+        const size_t more = (host == w) ? at + extra : 0;
+        w->buf = fz_alloc(w->bytes + more);
+        w->t.data = w->buf;
+    }
+    if (want_lse) {
+        if (c->alias == 2) {
+            c->lse = (float *)(void *)(c->v[OP_O].buf + at);
+        } else {
+            c->lse_buf = fz_alloc(c->lse_bytes);
+            c->lse = (float *)(void *)c->lse_buf;
+        }
+        c->lreg = (char *)c->lse;
+        c->lreg_bytes = lse_n * sizeof(float);
+    }
+    c->oreg = c->v[OP_O].t.data;
+    c->oreg_bytes = (size_t)c->v[OP_O].ext * c->v[OP_O].es;
+}
+
+/* Per-head arrays: ALiBi slopes bounded so that slope * distance < 16, sinks. */
+static void make_heads(fz_case *c, uint64_t *rng) {
+    const uint8_t m = c->h[FZ_MODS];
+    if (m & 1) {
+        c->slopes = malloc((size_t)c->Hq * sizeof(float));
+        const double top = 16.0 / (double)(c->vTq + c->vTkv);
+        for (int64_t h = 0; h < c->Hq; h++)
+            c->slopes[h] = (float)(fmin(1.0, top) * exp2(-8.0 * (double)(h + 1) / (double)c->Hq));
+        c->desc.alibi_slopes = c->slopes;
+    }
+    if (m & 2) {
+        c->sinks = malloc((size_t)c->Hq * sizeof(float));
+        for (int64_t h = 0; h < c->Hq; h++)
+            c->sinks[h] = h == 1 ? -INFINITY : (float)((double)(th_rand_u64(rng) >> 11) * 0x1p-53 * 4.0 - 1.0);
+        c->desc.sinks = c->sinks;
+    }
+}
+
+/* Whether the values are compared: see the header comment. The score bound is what
+ * |q|, |k| <= 1 allow; an inf in V stays comparable only while no weight can underflow
+ * in fp32 (exp(-87.3) is FLT_MIN; 80 leaves a margin for the sink and mask terms). */
+static void in_domain(fz_case *c) {
+    if (c->h[FZ_DATA] % 4 == 3)
+        c->compare = 0;
+    const sdpa_desc *d = &c->desc;
+    double s = (d->scale != 0.0f ? fabs((double)d->scale) : 1.0 / sqrt((double)c->Dk)) *
+               (double)c->Dk;
+    if (d->softcap > 0.0f && s > (double)d->softcap)
+        s = (double)d->softcap;
+    const double range = 2.0 * s + (d->alibi_slopes ? 16.0 : 0.0) + 4.0 + 3.0;
+    if (c->inf_in_v && range > 80.0)
+        c->compare = 0;
+    /* An inf in Q or K scores +-inf, which softcap turns into +-cap: finite, and as large
+     * as the cap. fp32 scores of magnitude M carry absolute errors near M 2^-24, so above
+     * FZ_SCORE_MAX the small terms added to them (ALiBi, masks) are no longer resolved
+     * to the suite's tolerance; the reference, in double, resolves them. */
+    if (c->inf_in_qk && d->softcap > FZ_SCORE_MAX)
+        c->compare = 0;
+}
+
+/* ---- faults -------------------------------------------------------------------------- */
+
+static void apply_fault(fz_case *c) {
+    const int f = c->h[FZ_FAULT];
+    if (f >= FZ_NFAULTS)
+        return;
+    c->expect = EXPECT_FAIL;
+    sdpa_desc *d = &c->desc;
+    sdpa_tensor *q = &c->v[OP_Q].t, *k = &c->v[OP_K].t, *v = &c->v[OP_V].t, *o = &c->v[OP_O].t;
+    switch (f) {
+    case 0: /* heads_q not a multiple of heads_kv */
+        if (d->heads_kv > 1)
+            d->heads_q += 1;
+        else
+            d->heads_kv = d->heads_q + 1;
+        break;
+    case 1: d->batch = 0; break;
+    case 2: d->len_q = -1; break;
+    case 3: d->dim_qk = SDPA_MAX_HEAD_DIM + 1; break;
+    case 4: d->dim_v = 0; break;
+    case 5: d->scale = NAN; break;
+    case 6: d->scale = -INFINITY; break;
+    case 7: d->softcap = -1.0f; break;
+    case 8: d->softcap = NAN; break;
+    case 9: d->num_threads = -1; break;
+    case 10: d->causal = 3; break;
+    case 11: d->isa = 99; break;
+    case 12: d->isa = -1; break;
+    case 13: q->dtype = (sdpa_dtype)3; break;
+    case 14: o->dtype = (sdpa_dtype)-1; break;
+    case 15: /* an unknown mask kind, with data */
+        d->mask.kind = (sdpa_mask_kind)3;
+        d->mask.data = k->data;
+        break;
+    case 16: /* a kind without data */
+        d->mask.kind = SDPA_MASK_BOOL;
+        d->mask.data = NULL;
+        break;
+    case 17: /* a boolean mask with a dtype */
+        d->mask = (sdpa_mask){.data = k->data, .kind = SDPA_MASK_BOOL, .dtype = SDPA_F16};
+        break;
+    case 18: d->window = 1, d->window_left = -1; break;
+    case 19: d->window = 1, d->window_right = SDPA_MAX_DIM + 1; break;
+    case 20: d->dropout_p = 1.0f; break;
+    case 21: d->dropout_p = NAN; break;
+    case 22: d->dropout_p = -0.5f; break;
+    case 23: q->data = (char *)q->data + 1; break;
+    case 24: o->data = (char *)o->data + 1; break;
+    case 25:
+        if (c->lse)
+            c->lse = (float *)(void *)((char *)c->lse + 2);
+        else
+            o->data = (char *)o->data + 1;
+        break;
+    case 26: k->stride_t = -1; break;
+    case 27: /* a query length past len_q (or q_lens next to cu_seqlens) */
+        if (!c->qlens) {
+            c->qlens = calloc((size_t)c->B, sizeof(int64_t));
+            d->q_lens = c->qlens;
+        }
+        c->qlens[c->B - 1] = d->len_q + 1;
+        break;
+    case 28: /* cu_seqlens not starting at 0, or cu_seqlens_q alone */
+        if (!c->cuq) {
+            c->cuq = calloc((size_t)c->B + 1, sizeof(int64_t));
+            d->cu_seqlens_q = c->cuq;
+        } else {
+            c->cuq[0] = 1;
+        }
+        break;
+    case 29: /* a non-finite ALiBi slope */
+        if (!c->slopes) {
+            c->slopes = calloc((size_t)c->Hq, sizeof(float));
+            d->alibi_slopes = c->slopes;
+        }
+        c->slopes[c->Hq - 1] = NAN;
+        break;
+    case 30: /* a sink of +inf */
+        if (!c->sinks) {
+            c->sinks = calloc((size_t)c->Hq, sizeof(float));
+            d->sinks = c->sinks;
+        }
+        c->sinks[0] = INFINITY;
+        break;
+    case 31: /* output strides that map two elements to one address */
+        if (c->vTq > 1 && c->Dv > 1)
+            o->stride_t = c->Dv - 1;
+        else if (c->Hq > 1)
+            o->stride_h = 0;
+        else if (c->VB > 1)
+            o->stride_b = 0;
+        else { /* a single output row cannot alias itself: put it on q instead */
+            o->data = q->data;
+            c->o_foreign = 1;
+        }
+        break;
+    case 32:
+        o->data = k->data;
+        c->o_foreign = 1;
+        break;
+    default: /* 33: a stride that overflows the extent */
+        if (c->vTkv > 1)
+            v->stride_t = INT64_MAX;
+        else if (c->Hkv > 1)
+            v->stride_h = INT64_MAX;
+        else if (c->VB > 1)
+            v->stride_b = INT64_MAX;
+        else
+            d->dim_v = -5;
+        break;
+    }
+}
+
+/* ---- runs and checks ------------------------------------------------------------------ */
+
+/* Fill patterns of the output regions: two different non-NaN-free byte patterns, so an
+ * element no run wrote shows as a difference between runs. */
+#define FILL_A 0xA5
+#define FILL_B 0x5A
+
+typedef struct fz_out {
+    sdpa_status st;
+    uint8_t *o, *l; /* copies of the regions after the call */
+} fz_out;
+
+static void run(fz_case *c, int ref, int threads, uint8_t fill, sdpa_stats *stats, fz_out *out) {
+    if (!c->o_foreign)
+        memset(c->oreg, fill, c->oreg_bytes);
+    if (c->lreg)
+        memset(c->lreg, fill, c->lreg_bytes);
+    sdpa_desc d = c->desc;
+    d.num_threads = threads;
+    d.stats = stats;
+    out->st = ref ? sdpa_reference(&d, &c->v[OP_Q].t, &c->v[OP_K].t, &c->v[OP_V].t,
+                                   &c->v[OP_O].t, c->lse)
+                  : sdpa_forward(&d, &c->v[OP_Q].t, &c->v[OP_K].t, &c->v[OP_V].t,
+                                 &c->v[OP_O].t, c->lse);
+    out->o = malloc(c->oreg_bytes + 1);
+    out->l = malloc(c->lreg_bytes + 1);
+    if (!c->o_foreign)
+        memcpy(out->o, c->oreg, c->oreg_bytes);
+    if (c->lreg)
+        memcpy(out->l, c->lreg, c->lreg_bytes);
+}
+
+static int all_bytes(const uint8_t *p, size_t n, uint8_t b) {
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != b)
+            return 0;
+    return 1;
+}
+
+/* Element offset (in elements of o) of view element (b, h, i, d). */
+static int64_t o_at(const fz_case *c, int64_t b, int64_t h, int64_t i, int64_t d) {
+    const sdpa_tensor *o = &c->v[OP_O].t;
+    return b * o->stride_b + h * o->stride_h + i * o->stride_t + d;
+}
+
+/* |x - r| <= 1e-5 + tol |r|, NaN only where r is NaN and inf only where r is the same
+ * inf: tests/harness.c close_enough, the DESIGN section 6 rule. */
+static int close_enough(float x, float r, double tol) {
+    if (isnan(r))
+        return isnan(x);
+    if (isinf(r))
+        return x == r;
+    if (!isfinite(x))
+        return 0;
+    return fabs((double)x - (double)r) <= 1e-5 + tol * fabs((double)r);
+}
+
+/* Marks of the output view's elements over its region: 0 a gap, 1 one element, 2 an
+ * address two elements share. */
+static uint8_t *o_marks(const fz_case *c) {
+    const fz_view *w = &c->v[OP_O];
+    uint8_t *mark = calloc((size_t)w->ext, 1);
+    for (int64_t b = 0; b < c->VB; b++)
+        for (int64_t h = 0; h < c->Hq; h++)
+            for (int64_t i = 0; i < c->vTq; i++)
+                for (int64_t d = 0; d < c->Dv; d++) {
+                    const int64_t e = o_at(c, b, h, i, d);
+                    if (e >= 0 && e < w->ext)
+                        mark[e] = mark[e] ? 2 : 1;
+                }
+    return mark;
+}
+
+static int gaps_intact(const fz_case *c, const uint8_t *mark, const uint8_t *o, uint8_t fill) {
+    const size_t es = c->v[OP_O].es;
+    for (int64_t e = 0; e < c->v[OP_O].ext; e++)
+        if (!mark[e] && !all_bytes(o + (size_t)e * es, es, fill))
+            return 0;
+    return 1;
+}
+
+static int spans_disjoint(const void *a, size_t an, const void *b, size_t bn) {
+    const uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return x + an <= y || y + bn <= x;
+}
+
+/* Describes the case for a failure message. */
+static int describe(const fz_case *c, char *buf, size_t n) {
+    const sdpa_desc *d = &c->desc;
+    return snprintf(buf, n,
+                    "class=%d B=%lld Hq=%lld Hkv=%lld Tq=%lld Tkv=%lld (views %lld/%lld) Dk=%lld "
+                    "Dv=%lld dt=%d/%d/%d/%d layout=0x%02x causal=%d scale=%g softcap=%g "
+                    "window=%d(%lld,%lld) alibi=%d sinks=%d mask=0x%02x lens=%d dropout=%g "
+                    "threads=%d isa=%d data=%d fault=%d alias=%d/%d compare=%d",
+                    c->h[FZ_CLASS] % 4, (long long)c->B, (long long)c->Hq, (long long)c->Hkv,
+                    (long long)c->Tq, (long long)c->Tkv, (long long)c->vTq, (long long)c->vTkv,
+                    (long long)c->Dk, (long long)c->Dv, c->v[0].t.dtype, c->v[1].t.dtype,
+                    c->v[2].t.dtype, c->v[3].t.dtype, c->h[FZ_LAYOUT], d->causal,
+                    (double)d->scale, (double)d->softcap, d->window, (long long)d->window_left,
+                    (long long)d->window_right, d->alibi_slopes != NULL, d->sinks != NULL,
+                    c->h[FZ_MASK], c->h[FZ_LENS] % 5, (double)d->dropout_p, d->num_threads,
+                    d->isa, c->h[FZ_DATA] % 4, c->h[FZ_FAULT] < FZ_NFAULTS ? c->h[FZ_FAULT] : -1,
+                    c->alias, c->h[FZ_ALIAS_AT] % 4, c->compare);
+}
+
+/* The values of a successful fused run against the reference. */
+static int compare_values(const fz_case *c, const fz_out *a, const fz_out *r, char *why,
+                          size_t n) {
+    const sdpa_dtype ot = c->v[OP_O].t.dtype;
+    const double tol = 1e-4 + (ot == SDPA_F16 ? 0x1p-10 : ot == SDPA_BF16 ? 0x1p-7 : 0.0);
+    for (int64_t b = 0; b < c->VB; b++)
+        for (int64_t h = 0; h < c->Hq; h++)
+            for (int64_t i = 0; i < c->vTq; i++)
+                for (int64_t d = 0; d < c->Dv; d++) {
+                    const size_t e = (size_t)o_at(c, b, h, i, d);
+                    const float x = get(a->o, e, ot), y = get(r->o, e, ot);
+                    if (!close_enough(x, y, tol)) {
+                        fail(why, n, "o[%lld,%lld,%lld,%lld] fused %.9g reference %.9g",
+                             (long long)b, (long long)h, (long long)i, (long long)d,
+                             (double)x, (double)y);
+                        return 0;
+                    }
+                }
+    for (size_t e = 0; e < c->lreg_bytes / sizeof(float); e++) {
+        float x, y;
+        memcpy(&x, a->l + 4 * e, 4);
+        memcpy(&y, r->l + 4 * e, 4);
+        if (!close_enough(x, y, 1e-4)) {
+            fail(why, n, "lse[%zu] fused %.9g reference %.9g", e, (double)x, (double)y);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Snapshots of every input region, to prove none was written. */
+typedef struct snap {
+    const void *p;
+    size_t n;
+    void *copy;
+} snap;
+
+static int take_snaps(const fz_case *c, snap *s) {
+    int k = 0;
+    for (int op = OP_Q; op <= OP_V; op++)
+        s[k++] = (snap){c->v[op].buf, (size_t)c->v[op].ext * c->v[op].es, NULL};
+    if (c->mask)
+        s[k++] = (snap){c->mask, c->mask_bytes, NULL};
+    const size_t hb = (size_t)c->Hq * sizeof(float);
+    if (c->slopes)
+        s[k++] = (snap){c->slopes, hb, NULL};
+    if (c->sinks)
+        s[k++] = (snap){c->sinks, hb, NULL};
+    const size_t lb = (size_t)c->B * sizeof(int64_t);
+    if (c->qlens)
+        s[k++] = (snap){c->qlens, lb, NULL};
+    if (c->kvlens)
+        s[k++] = (snap){c->kvlens, lb, NULL};
+    if (c->cuq)
+        s[k++] = (snap){c->cuq, lb + sizeof(int64_t), NULL};
+    if (c->cukv)
+        s[k++] = (snap){c->cukv, lb + sizeof(int64_t), NULL};
+    for (int i = 0; i < k; i++) {
+        s[i].copy = malloc(s[i].n);
+        memcpy(s[i].copy, s[i].p, s[i].n);
+    }
+    return k;
+}
+
+static void free_case(fz_case *c) {
+    for (int op = 0; op < NOPS; op++)
+        if (c->v[op].buf)
+            fz_free(c->v[op].buf);
+    if (c->lse_buf)
+        fz_free(c->lse_buf);
+    if (c->mask)
+        fz_free(c->mask);
+    free(c->slopes);
+    free(c->sinks);
+    free(c->qlens);
+    free(c->kvlens);
+    free(c->cuq);
+    free(c->cukv);
+}
+
+static void free_out(fz_out *o) {
+    free(o->o);
+    free(o->l);
+}
+
+/* All checks of one decoded case; 1 if they hold, else 0 with why. */
+static int check(fz_case *c, char *why, size_t n) {
+    /* the first fill before the snapshots: an output placed over an input changes that
+     * input's bytes here, never in a call that is refused */
+    if (!c->o_foreign)
+        memset(c->oreg, FILL_A, c->oreg_bytes);
+    if (c->lreg)
+        memset(c->lreg, FILL_A, c->lreg_bytes);
+    snap snaps[12];
+    const int nsnap = take_snaps(c, snaps);
+    sdpa_stats st;
+    memset(&st, 0xEE, sizeof st);
+    fz_out a, b = {SDPA_OK, NULL, NULL}, r;
+    const sdpa_desc *d = &c->desc;
+    run(c, 0, d->num_threads, FILL_A, d->stats ? &st : NULL, &a);
+    run(c, 1, d->num_threads, FILL_A, NULL, &r);
+    const int isa_unusable = d->isa != SDPA_ISA_AUTO
+                                 ? (d->isa > 0 && d->isa < SDPA_ISA_COUNT_ &&
+                                    !sdpa_isa_supported((sdpa_isa)d->isa))
+                                 : sdpa_get_isa() == SDPA_ISA_AUTO;
+    int ok = 1;
+    uint8_t *mark = NULL;
+
+    /* statuses */
+    if (a.st == SDPA_ERR_UNSUPPORTED_ISA) {
+        if (!isa_unusable || r.st != SDPA_OK) {
+            fail(why, n, "fused SDPA_ERR_UNSUPPORTED_ISA (isa %d usable: %d), reference %d",
+                 d->isa, !isa_unusable, r.st);
+            ok = 0;
+        }
+    } else if (a.st != r.st) {
+        fail(why, n, "status fused %d (%s), reference %d (%s)", a.st, sdpa_strerror(a.st), r.st,
+             sdpa_strerror(r.st));
+        ok = 0;
+    } else if (a.st == SDPA_OK && isa_unusable) {
+        fail(why, n, "an unusable isa %d ran", d->isa);
+        ok = 0;
+    }
+    if (ok) {
+        const int want_ok = c->expect == EXPECT_OK && !isa_unusable;
+        if (want_ok && a.st != SDPA_OK) {
+            fail(why, n, "a valid case failed: %d (%s)", a.st, sdpa_strerror(a.st));
+            ok = 0;
+        } else if (c->expect == EXPECT_FAIL && (a.st == SDPA_OK || r.st == SDPA_OK)) {
+            fail(why, n, "an invalid case was accepted (fused %d, reference %d)", a.st, r.st);
+            ok = 0;
+        } else if (c->expect == EXPECT_STATUS && a.st != c->expect_status &&
+                   !(isa_unusable && a.st == SDPA_ERR_UNSUPPORTED_ISA)) {
+            fail(why, n, "status %d (%s), expected %d (%s)", a.st, sdpa_strerror(a.st),
+                 c->expect_status, sdpa_strerror(c->expect_status));
+            ok = 0;
+        }
+    }
+
+    /* failures leave the outputs as they were */
+    const fz_out *runs[2] = {&a, &r};
+    for (int i = 0; i < 2 && ok; i++)
+        if (runs[i]->st != SDPA_OK) {
+            if ((!c->o_foreign && !all_bytes(runs[i]->o, c->oreg_bytes, FILL_A)) ||
+                (c->lreg && !all_bytes(runs[i]->l, c->lreg_bytes, FILL_A))) {
+                fail(why, n, "%s returned %d but wrote an output", i ? "reference" : "fused",
+                     runs[i]->st);
+                ok = 0;
+            }
+        }
+
+    /* successes: accepted views really are sound, every element written, no gap */
+    if (ok && (a.st == SDPA_OK || r.st == SDPA_OK)) {
+        mark = o_marks(c);
+        for (int64_t e = 0; e < c->v[OP_O].ext && ok; e++)
+            if (mark[e] == 2) {
+                fail(why, n, "an output view with two elements at offset %lld was accepted",
+                     (long long)e);
+                ok = 0;
+            }
+        if (ok && c->alias == 1 &&
+            !spans_disjoint(c->oreg, c->oreg_bytes, c->v[OP_Q].buf,
+                            (size_t)c->v[OP_Q].ext * c->v[OP_Q].es)) {
+            fail(why, n, "an o overlapping q was accepted");
+            ok = 0;
+        }
+        if (ok && c->alias == 2 && !spans_disjoint(c->lreg, c->lreg_bytes, c->oreg, c->oreg_bytes)) {
+            fail(why, n, "an lse overlapping o was accepted");
+            ok = 0;
+        }
+        for (int i = 0; i < 2 && ok; i++)
+            if (runs[i]->st == SDPA_OK && !gaps_intact(c, mark, runs[i]->o, FILL_A)) {
+                fail(why, n, "%s wrote between the output view's elements",
+                     i ? "reference" : "fused");
+                ok = 0;
+            }
+    }
+    if (ok && a.st == SDPA_OK) {
+        /* the same call with another thread count over another fill: same bits */
+        run(c, 0, d->num_threads == 1 ? 2 : 1, FILL_B, NULL, &b);
+        if (b.st != SDPA_OK) {
+            fail(why, n, "the rerun failed: %d", b.st);
+            ok = 0;
+        }
+        for (int64_t bb = 0; bb < c->VB && ok; bb++)
+            for (int64_t h = 0; h < c->Hq && ok; h++)
+                for (int64_t i = 0; i < c->vTq && ok; i++) {
+                    const size_t es = c->v[OP_O].es, e = (size_t)o_at(c, bb, h, i, 0) * es;
+                    if (memcmp(a.o + e, b.o + e, (size_t)c->Dv * es) != 0) {
+                        fail(why, n, "o[%lld,%lld,%lld,:] differs between %d and %d threads "
+                             "(or was not written)", (long long)bb, (long long)h, (long long)i,
+                             d->num_threads, d->num_threads == 1 ? 2 : 1);
+                        ok = 0;
+                    }
+                }
+        if (ok && c->lreg && memcmp(a.l, b.l, c->lreg_bytes) != 0) {
+            fail(why, n, "lse differs between thread counts (or was not written)");
+            ok = 0;
+        }
+        if (ok && !gaps_intact(c, mark, b.o, FILL_B)) {
+            fail(why, n, "fused wrote between the output view's elements");
+            ok = 0;
+        }
+        if (ok && d->stats) {
+            const int sane = st.blocks_computed >= 0 && st.blocks_skipped >= 0 &&
+                             st.blocks_masked >= 0 && st.blocks_masked <= st.blocks_computed &&
+                             st.blocks_computed + st.blocks_skipped == st.blocks_total &&
+                             st.threads >= 1 && st.work_items >= 1 &&
+                             (d->isa == SDPA_ISA_AUTO || (int)st.isa == d->isa);
+            if (!sane) {
+                fail(why, n, "stats: isa %d threads %d items %lld total %lld computed %lld "
+                     "skipped %lld masked %lld", st.isa, st.threads, (long long)st.work_items,
+                     (long long)st.blocks_total, (long long)st.blocks_computed,
+                     (long long)st.blocks_skipped, (long long)st.blocks_masked);
+                ok = 0;
+            }
+        }
+        if (ok && r.st == SDPA_OK && c->compare)
+            ok = compare_values(c, &a, &r, why, n);
+    }
+
+    for (int i = 0; i < nsnap; i++) {
+        if (ok && memcmp(snaps[i].p, snaps[i].copy, snaps[i].n) != 0) {
+            fail(why, n, "input region %d was written", i);
+            ok = 0;
+        }
+        free(snaps[i].copy);
+    }
+    free(mark);
+    free_out(&a);
+    free_out(&b);
+    free_out(&r);
+    return ok;
+}
+
+int fz_run(const uint8_t *data, size_t size, sdpa_isa isa, char *msg, size_t msglen) {
+    fz_case *c = calloc(1, sizeof *c);
+    size_t at = 0;
+    for (int i = 0; i < FZ_NFIELDS; i++)
+        c->h[i] = at < size ? data[at++] : 0;
+    for (int i = 0; i < FZ_SEED_BYTES; i++)
+        c->seed |= (uint64_t)(at < size ? data[at++] : 0) << (8 * i);
+    c->inj = data + at;
+    c->ninj = (size - at) / FZ_INJ_BYTES;
+    c->isa = isa;
+    c->compare = 1;
+    c->expect = EXPECT_OK;
+    const int guard = c->h[FZ_ALIAS] & 0x40 ? TH_GUARD_BEFORE : TH_GUARD_AFTER;
+#ifdef FZ_ASAN
+    alloc_mode = c->h[FZ_ALIAS] & 0x80 ? guard + 1 : 0;
+#else
+    alloc_mode = guard + 1;
+#endif
+
+    decode_shape(c);
+    decode_lengths(c);
+    decode_options(c);
+    uint64_t rng = c->seed;
+    setup_views(c);
+    for (int op = OP_Q; op <= OP_V; op++)
+        fill_view(c, op, &rng);
+    make_mask(c, &rng);
+    make_heads(c, &rng);
+    inject(c);
+    in_domain(c);
+    apply_fault(c);
+    if (c->out_wild && c->expect == EXPECT_OK)
+        c->expect = EXPECT_ANY;
+
+    char why[512];
+    const int ok = check(c, why, sizeof why);
+    if (!ok) {
+        const int k = describe(c, msg, msglen);
+        if (k >= 0 && (size_t)k < msglen)
+            snprintf(msg + k, msglen - (size_t)k, ": %s", why);
+    }
+    free_case(c);
+    free(c);
+    return ok;
+}

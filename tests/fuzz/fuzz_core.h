@@ -1,0 +1,75 @@
+/*
+ * fuzz_core.h - one fuzz case of sdpa_forward: decode bytes into a descriptor, views and
+ * data, run the fused path and the reference, check everything that must hold.
+ *
+ * Shared by the libFuzzer target (fuzz_main.c), the seed-corpus generator
+ * (gen_corpus.c) and the normal test suite, which replays the committed corpus and the
+ * regression inputs on every ISA (tests/test_fuzzcases.c). It is portable C with no
+ * libFuzzer dependency. It is not a general random-test generator: the byte format below
+ * is what libFuzzer mutates, and it is free to change with the corpus regenerated.
+ *
+ * Input format: FZ_NFIELDS header bytes (one per fz_field, in order; missing bytes read
+ * as 0, so every prefix of an input is an input), 8 bytes of data seed (little endian),
+ * then any number of 4-byte injections {operand, index lo, index hi, kind} that put
+ * special values (NaN, +-inf, subnormals, signed zeros) into the data.
+ */
+#ifndef SDPA_FUZZ_CORE_H
+#define SDPA_FUZZ_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sdpa.h"
+
+/* The header fields, one byte each; what each byte selects is in fuzz_core.c decode(). */
+enum fz_field {
+    FZ_CLASS,    /* shape class: small, medium, decode (long Tkv), wide head dims */
+    FZ_B,
+    FZ_HKV,
+    FZ_GROUP,    /* Hq = Hkv * group */
+    FZ_TQ,
+    FZ_TKV,      /* low byte of Tkv */
+    FZ_TKV_HI,   /* high byte (decode and wide classes) */
+    FZ_DK,
+    FZ_DK_HI,    /* high byte (wide class) */
+    FZ_DV,
+    FZ_LAYOUT,   /* 2 bits per operand q, k, v, o: bhtd, bthd, padded, wild strides */
+    FZ_WILD_Q,   /* wild strides: 2 bits each for t, h, b (0, natural, gapped, huge) + */
+    FZ_WILD_K,   /* 2 bits choosing the gap or the huge value */
+    FZ_WILD_V,
+    FZ_WILD_O,
+    FZ_DTYPE,    /* 2 bits per operand q, k, v, o */
+    FZ_CAUSAL,
+    FZ_SCALE,
+    FZ_SOFTCAP,
+    FZ_MODS,     /* bit 0 ALiBi, bit 1 sinks, bit 2 no lse, bit 3 stats */
+    FZ_MASK,     /* bits 0-1 kind, 2-3 dtype, 4-6 broadcast (b, h, rows), 7 huge stride_b */
+    FZ_MASK_HIDDEN,
+    FZ_LENS,
+    FZ_WINDOW,
+    FZ_WL,
+    FZ_WR,
+    FZ_DROPOUT,
+    FZ_THREADS,
+    FZ_ISA,
+    FZ_DATA,     /* 0-1 uniform [-1, 1), 2 uniform + injections, 3 raw bit patterns */
+    FZ_FAULT,    /* < FZ_NFAULTS: one deliberately invalid field */
+    FZ_ALIAS,    /* 6: o inside q's buffer, 7: lse inside o's; bit 7 guard pages (under
+                    AddressSanitizer; always elsewhere), bit 6 before the buffer */
+    FZ_ALIAS_AT,
+    FZ_NFIELDS
+};
+
+/* Deliberate faults (FZ_FAULT values below this); each must make both entry points fail
+ * with the outputs untouched. */
+#define FZ_NFAULTS 34
+
+/* Bytes of the data seed after the header, and of one injection. */
+#define FZ_SEED_BYTES 8
+#define FZ_INJ_BYTES 4
+
+/* Runs one case on `isa` (the ISA a case uses when its FZ_ISA byte asks for the fuzzed
+ * one). Returns 1 if every check held; otherwise 0 with a description in msg. */
+int fz_run(const uint8_t *data, size_t size, sdpa_isa isa, char *msg, size_t msglen);
+
+#endif /* SDPA_FUZZ_CORE_H */
