@@ -35,10 +35,11 @@ static void block(const sb_problem *p, int64_t b, int64_t h, int64_t i0, int m, 
                   float *sum) {
     const sb_shape *s = &p->s;
     const int64_t hk = h / (s->Hq / s->Hkv);
-    const float *Q = p->q + ((b * s->Hq + h) * s->Tq + i0) * s->Dk;
-    const float *K = p->k + (b * s->Hkv + hk) * s->Tkv * s->Dk;
-    const float *V = p->v + (b * s->Hkv + hk) * s->Tkv * s->Dv;
-    float *O = p->o + ((b * s->Hq + h) * s->Tq + i0) * s->Dv;
+    /* fp32 data: the benchmark runs this baseline on plain shapes only (sb_is_plain) */
+    const float *Q = (const float *)p->q + ((b * s->Hq + h) * s->Tq + i0) * s->Dk;
+    const float *K = (const float *)p->k + (b * s->Hkv + hk) * s->Tkv * s->Dk;
+    const float *V = (const float *)p->v + (b * s->Hkv + hk) * s->Tkv * s->Dv;
+    float *O = (float *)p->o + ((b * s->Hq + h) * s->Tq + i0) * s->Dv;
     const int n = (int)row_end(s, i0 + m - 1); /* keys the block's last row sees */
     if (n == 0) {
         memset(O, 0, (size_t)m * (size_t)s->Dv * sizeof(float));
@@ -73,6 +74,8 @@ static void block(const sb_problem *p, int64_t b, int64_t h, int64_t i0, int m, 
 
 sdpa_status sb_run_blas(const sb_problem *p, int threads) {
     const sb_shape *s = &p->s;
+    if (!sb_is_plain(s))
+        return SDPA_ERR_BAD_ARGUMENT;
     const int64_t nblk = (s->Tq + SB_BLAS_ROWS - 1) / SB_BLAS_ROWS;
     const int64_t items = s->B * s->Hq * nblk;
     int nt = 1;

@@ -17,7 +17,8 @@ extern "C" {
  * never computed), -inf masking of the keys each row of the block must not see, a row
  * softmax with libm expf, O = P V with cblas_sgemm, O /= row sums. OpenMP over the
  * blocks (threads, 0 = OpenMP's default), single-threaded BLAS inside each. Scratch is
- * threads x SB_BLAS_ROWS x Tkv floats. Writes p->o. */
+ * threads x SB_BLAS_ROWS x Tkv floats. Writes p->o. Plain fp32 attention only (no
+ * features: sb_is_plain); SDPA_ERR_BAD_ARGUMENT otherwise. */
 sdpa_status sb_run_blas(const sb_problem *p, int threads);
 /* What it links against, for reports: "OpenBLAS 0.3.21 ..." from openblas_get_config. */
 const char *sb_blas_name(void);

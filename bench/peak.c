@@ -1,8 +1,8 @@
 /*
- * peak.c - runs the per-ISA peak loops (peak_<isa>.c) on 1..N threads and keeps the best
- * try (see peak.h). Portable C, compiled with no -m flags: it only decides whether the
- * CPU can run a loop and times it; the loops themselves live in files built with their
- * ISA's flags.
+ * peak.c - runs the per-ISA peak loops and streaming-read loops (peak_<isa>.c) on 1..N
+ * threads and keeps the best try (see peak.h). Portable C, compiled with no -m flags: it
+ * only decides whether the CPU can run a loop and times it; the loops themselves live in
+ * files built with their ISA's flags.
  *
  * Threads are plain pthreads, not OpenMP, so the figure does not depend on how the
  * benchmark was built (OPENMP=0 included) and each thread runs exactly one copy.
@@ -11,6 +11,8 @@
 
 #include <pthread.h>
 #include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "shim.h"
 
@@ -35,19 +37,23 @@ static int always(void) { return 1; }
 static const struct {
     sdpa_isa isa;
     sb_peak_loop loop;
+    sb_read_loop read;
     int (*usable)(void);
     const char *what;
 } loops[] = {
-    {SDPA_ISA_SCALAR, sb_peak_loop_scalar, always,
+    {SDPA_ISA_SCALAR, sb_peak_loop_scalar, sb_read_loop_scalar, always,
      "portable C, 4-lane vectors, no -m flags (SSE2 mul+add on x86-64)"},
 #if defined(SB_PEAK_AVX2)
-    {SDPA_ISA_AVX2, sb_peak_loop_avx2, cpu_avx2, "AVX2 FMA, 12 chains x 8 lanes"},
+    {SDPA_ISA_AVX2, sb_peak_loop_avx2, sb_read_loop_avx2, cpu_avx2,
+     "AVX2 FMA, 12 chains x 8 lanes"},
 #endif
 #if defined(SB_PEAK_AVX512)
-    {SDPA_ISA_AVX512, sb_peak_loop_avx512, cpu_avx512, "AVX-512 FMA, 16 chains x 16 lanes"},
+    {SDPA_ISA_AVX512, sb_peak_loop_avx512, sb_read_loop_avx512, cpu_avx512,
+     "AVX-512 FMA, 16 chains x 16 lanes"},
 #endif
 #if defined(SB_PEAK_NEON)
-    {SDPA_ISA_NEON, sb_peak_loop_neon, always, "NEON FMLA, 16 chains x 4 lanes"},
+    {SDPA_ISA_NEON, sb_peak_loop_neon, sb_read_loop_neon, always,
+     "NEON FMLA, 16 chains x 4 lanes"},
 #endif
 };
 enum { NLOOPS = (int)(sizeof loops / sizeof loops[0]) };
@@ -64,32 +70,36 @@ const char *sb_peak_what(sdpa_isa isa) {
     return i < 0 ? NULL : loops[i].what;
 }
 
+/* One thread's share of a try: the FMA loop (iters rounds), or with read set, the read
+ * loop over n floats from p. */
 typedef struct worker {
     sb_peak_loop loop;
     int64_t iters;
-    double flops, t0, t1;
+    sb_read_loop read;
+    const float *p;
+    int64_t n;
+    double done, t0, t1; /* flops or bytes */
     float sink;
 } worker;
 
 static void *work(void *arg) {
     worker *w = arg;
     w->t0 = sb_now();
-    w->flops = w->loop(w->iters, &w->sink);
+    w->done = w->read ? w->read(w->p, w->n, &w->sink) : w->loop(w->iters, &w->sink);
     w->t1 = sb_now();
     return NULL;
 }
 
 enum { MAX_THREADS = 1024 }; /* a static bound on the workers; far above any core count here */
+static worker workers[MAX_THREADS];
 
-/* GFLOP/s of one try: the time runs from the first thread's start to the last one's
- * finish, so the few microseconds between thread starts only make a try look slower.
- * Returns 0 if a thread cannot be created. */
-static double try_once(sb_peak_loop loop, int threads, int64_t iters) {
-    static worker w[MAX_THREADS];
+/* Giga-units (flops or bytes) per second of one try of workers[0..threads): the time runs
+ * from the first thread's start to the last one's finish, so the few microseconds between
+ * thread starts only make a try look slower. Returns 0 if a thread cannot be created. */
+static double try_once(int threads) {
+    worker *w = workers;
     pthread_t tid[MAX_THREADS];
     int made = 1;
-    for (int t = 0; t < threads; t++)
-        w[t] = (worker){.loop = loop, .iters = iters};
     while (made < threads && pthread_create(&tid[made], NULL, work, &w[made]) == 0)
         made++;
     work(&w[0]);
@@ -97,13 +107,13 @@ static double try_once(sb_peak_loop loop, int threads, int64_t iters) {
         pthread_join(tid[t], NULL);
     if (made < threads)
         return 0.0;
-    double t0 = w[0].t0, t1 = w[0].t1, flops = 0.0;
+    double t0 = w[0].t0, t1 = w[0].t1, done = 0.0;
     for (int t = 0; t < threads; t++) {
         t0 = w[t].t0 < t0 ? w[t].t0 : t0;
         t1 = w[t].t1 > t1 ? w[t].t1 : t1;
-        flops += w[t].flops;
+        done += w[t].done;
     }
-    return t1 > t0 ? flops / (t1 - t0) * 1e-9 : 0.0;
+    return t1 > t0 ? done / (t1 - t0) * 1e-9 : 0.0;
 }
 
 /* Each try lasts about TRY_SECONDS; the best of TRIES is kept. Short tries, many of
@@ -131,8 +141,46 @@ double sb_peak_gflops(sdpa_isa isa, int threads) {
     }
     double best = 0.0;
     for (int t = 0; t < TRIES; t++) {
-        const double g = try_once(loops[i].loop, threads, iters);
+        for (int k = 0; k < threads; k++)
+            workers[k] = (worker){.loop = loops[i].loop, .iters = iters};
+        const double g = try_once(threads);
         best = g > best ? g : best;
     }
     return best;
+}
+
+/* Passes over the buffer per measurement: one pass of 256 MiB takes ~6-9 ms at this
+ * machine's 30-45 GB/s, so 12 passes stay around 0.1 s per ISA and thread count. */
+#define READ_PASSES 12
+
+static float *dram_buf;
+
+double sb_dram_read_gbps(sdpa_isa isa, int threads) {
+    const int i = find(isa);
+    if (i < 0 || threads < 1 || threads > MAX_THREADS)
+        return 0.0;
+    if (!dram_buf) {
+        dram_buf = aligned_alloc(64, (size_t)SB_DRAM_BUFFER_BYTES);
+        if (!dram_buf)
+            return 0.0;
+        /* Written once, so every page is mapped (and not the shared zero page) before
+         * the first timed pass. */
+        memset(dram_buf, 0, (size_t)SB_DRAM_BUFFER_BYTES);
+    }
+    /* Each thread reads a contiguous share, a multiple of 64 floats (the loops' step). */
+    const int64_t floats = SB_DRAM_BUFFER_BYTES / (int64_t)sizeof(float);
+    const int64_t share = floats / threads / 64 * 64;
+    double best = 0.0;
+    for (int pass = 0; pass < READ_PASSES; pass++) {
+        for (int k = 0; k < threads; k++)
+            workers[k] = (worker){.read = loops[i].read, .p = dram_buf + k * share, .n = share};
+        const double g = try_once(threads);
+        best = g > best ? g : best;
+    }
+    return best;
+}
+
+void sb_dram_release(void) {
+    free(dram_buf);
+    dram_buf = NULL;
 }

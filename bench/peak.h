@@ -1,10 +1,11 @@
 /*
- * peak.h - the machine's fp32 multiply-add peak, measured in the benchmark's own process
- * by small register-only loops, one file per ISA compiled with that ISA's flags
- * (peak_<isa>.c). The "% of peak" of every benchmark row divides by these figures.
+ * peak.h - the machine's ceilings, measured in the benchmark's own process by small
+ * loops, one file per ISA compiled with that ISA's flags (peak_<isa>.c): the fp32
+ * multiply-add peak (register-only loops; the "% of peak" of every benchmark row divides
+ * by it) and the DRAM read bandwidth (a streaming read of a buffer far larger than the
+ * caches; the "% of DRAM" of the decode rows divides by it).
  *
- * It measures arithmetic throughput only (no memory traffic), and it is not part of
- * libsdpa: the library never runs these loops.
+ * They are yardsticks, not part of libsdpa: the library never runs these loops.
  */
 #ifndef SDPA_BENCH_PEAK_H
 #define SDPA_BENCH_PEAK_H
@@ -35,6 +36,28 @@ const char *sb_peak_what(sdpa_isa isa);
  * best of several short tries (peak.c): a peak is a maximum, and a shared machine only
  * ever makes a try slower. 0 when sb_peak_what(isa) is NULL. */
 double sb_peak_gflops(sdpa_isa isa, int threads);
+
+/* A streaming-read loop: sums n floats from p (64-byte aligned, n a multiple of 64) in
+ * independent vector accumulators, stores the sum in *sink so the loads stay, and
+ * returns the bytes read. */
+typedef double (*sb_read_loop)(const float *p, int64_t n, float *sink);
+
+double sb_read_loop_scalar(const float *p, int64_t n, float *sink);
+double sb_read_loop_avx2(const float *p, int64_t n, float *sink);
+double sb_read_loop_avx512(const float *p, int64_t n, float *sink);
+double sb_read_loop_neon(const float *p, int64_t n, float *sink);
+
+/* The buffer the read is measured on: 8x the 32 MiB L3 of the project's machine, so
+ * what is read comes from DRAM (each pass evicts the previous one's lines). */
+#define SB_DRAM_BUFFER_BYTES ((int64_t)256 << 20)
+
+/* GB/s (1e9 bytes/s) of isa's read loop on `threads` threads at once, each reading its
+ * own contiguous share of one SB_DRAM_BUFFER_BYTES buffer, best of several passes (a
+ * ceiling, like the FMA peak). 0 when the loop is unavailable (sb_peak_what(isa) is
+ * NULL) or the buffer cannot be allocated. The buffer is allocated and written once, on
+ * first use, and kept until sb_dram_release(). */
+double sb_dram_read_gbps(sdpa_isa isa, int threads);
+void sb_dram_release(void);
 
 #ifdef __cplusplus
 }

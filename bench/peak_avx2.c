@@ -1,7 +1,7 @@
 /*
- * peak_avx2.c - the AVX2 + FMA fp32 peak loop (see peak.h). Compiled with the Makefile's
- * ISAFLAGS_avx2 and only called after a CPU check (peak.c); it is not a kernel and
- * libsdpa never links it.
+ * peak_avx2.c - the AVX2 + FMA fp32 peak loop and streaming-read loop (see peak.h).
+ * Compiled with the Makefile's ISAFLAGS_avx2 and only called after a CPU check (peak.c);
+ * it is not a kernel and libsdpa never links it.
  */
 #if !defined(__AVX2__) || !defined(__FMA__)
 #error "peak_avx2.c needs -mavx2 -mfma (Makefile: ISAFLAGS_avx2)"
@@ -41,4 +41,20 @@ double sb_peak_loop_avx2(int64_t iters, float *sink) {
     _mm256_storeu_ps(lanes, s);
     *sink = lanes[0] + lanes[1] + lanes[2] + lanes[3] + lanes[4] + lanes[5] + lanes[6] + lanes[7];
     return (double)iters * 12.0 * 8.0 * 2.0; /* rounds x chains x lanes x (mul + add) */
+}
+
+/* Four independent sums of 32-byte loads (see peak_avx512.c): memory is the limit. n is
+ * a multiple of 64 floats, p 64-byte aligned. */
+double sb_read_loop_avx2(const float *p, int64_t n, float *sink) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t i = 0; i < n; i += 32) {
+        a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
+        a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
+        a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
+        a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
+    }
+    const __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+    const __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    *sink = _mm_cvtss_f32(_mm_add_ps(h, _mm_movehl_ps(h, h)));
+    return (double)n * sizeof(float);
 }

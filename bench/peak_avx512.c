@@ -1,7 +1,7 @@
 /*
- * peak_avx512.c - the AVX-512 fp32 FMA peak loop (see peak.h). Compiled with the
- * Makefile's ISAFLAGS_avx512 and only called after a CPU check (peak.c); it is not a
- * kernel and libsdpa never links it.
+ * peak_avx512.c - the AVX-512 fp32 FMA peak loop and streaming-read loop (see peak.h).
+ * Compiled with the Makefile's ISAFLAGS_avx512 and only called after a CPU check
+ * (peak.c); it is not a kernel and libsdpa never links it.
  */
 #if !defined(__AVX512F__)
 #error "peak_avx512.c needs -mavx512f (Makefile: ISAFLAGS_avx512)"
@@ -48,4 +48,19 @@ double sb_peak_loop_avx512(int64_t iters, float *sink) {
     const __m512 s = _mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3));
     *sink = _mm512_reduce_add_ps(s);
     return (double)iters * 16.0 * 16.0 * 2.0; /* rounds x chains x lanes x (mul + add) */
+}
+
+/* Four independent sums of 64-byte loads: an add's latency (~3 cycles) over 4 chains
+ * still asks for ~1 load per cycle, 64 B/cycle, several times what DRAM delivers, so
+ * memory is the only limit. n is a multiple of 64 floats, p 64-byte aligned. */
+double sb_read_loop_avx512(const float *p, int64_t n, float *sink) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t i = 0; i < n; i += 64) {
+        a0 = _mm512_add_ps(a0, _mm512_load_ps(p + i));
+        a1 = _mm512_add_ps(a1, _mm512_load_ps(p + i + 16));
+        a2 = _mm512_add_ps(a2, _mm512_load_ps(p + i + 32));
+        a3 = _mm512_add_ps(a3, _mm512_load_ps(p + i + 48));
+    }
+    *sink = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+    return (double)n * sizeof(float);
 }

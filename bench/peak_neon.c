@@ -1,7 +1,8 @@
 /*
- * peak_neon.c - the AArch64 Advanced SIMD (NEON) fp32 FMA peak loop (see peak.h). NEON
- * is part of the AArch64 base ISA, so the Makefile's ISAFLAGS_neon is empty; the guard
- * keeps the file off other targets. It is not a kernel and libsdpa never links it.
+ * peak_neon.c - the AArch64 Advanced SIMD (NEON) fp32 FMA peak loop and streaming-read
+ * loop (see peak.h). NEON is part of the AArch64 base ISA, so the Makefile's
+ * ISAFLAGS_neon is empty; the guard keeps the file off other targets. It is not a kernel
+ * and libsdpa never links it.
  */
 #if !defined(__aarch64__) || !defined(__ARM_NEON)
 #error "peak_neon.c is AArch64 NEON code (Makefile: built for ARCH aarch64 only)"
@@ -46,4 +47,19 @@ double sb_peak_loop_neon(int64_t iters, float *sink) {
                                vaddq_f32(vaddq_f32(a12, a13), vaddq_f32(a14, a15))));
     *sink = vaddvq_f32(s);
     return (double)iters * 16.0 * 4.0 * 2.0; /* rounds x chains x lanes x (mul + add) */
+}
+
+/* Eight independent sums of 16-byte loads: memory is the limit (see peak_avx512.c). n is
+ * a multiple of 64 floats. */
+double sb_read_loop_neon(const float *p, int64_t n, float *sink) {
+    float32x4_t a[8];
+    for (int j = 0; j < 8; j++)
+        a[j] = vdupq_n_f32(0.0f);
+    for (int64_t i = 0; i < n; i += 32)
+        for (int j = 0; j < 8; j++)
+            a[j] = vaddq_f32(a[j], vld1q_f32(p + i + 4 * j));
+    const float32x4_t s = vaddq_f32(vaddq_f32(vaddq_f32(a[0], a[1]), vaddq_f32(a[2], a[3])),
+                                    vaddq_f32(vaddq_f32(a[4], a[5]), vaddq_f32(a[6], a[7])));
+    *sink = vaddvq_f32(s);
+    return (double)n * sizeof(float);
 }

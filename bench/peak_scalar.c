@@ -1,11 +1,11 @@
 /*
- * peak_scalar.c - the peak loop for the scalar table's rows (see peak.h): portable C
- * compiled with no -m flags, exactly like kernels/scalar/. Written with 4-lane vectors
- * (GCC/clang vector extensions) it reaches the 128-bit SIMD every target of this build
- * has without flags (SSE2 on x86-64, NEON on AArch64), so it is the most that portable
- * C can get out of this build: the honest ceiling for the scalar table, which the
- * compiler may vectorise that far. Without -mfma an x86-64 build has no fused
- * multiply-add, so there it is a multiply and an add.
+ * peak_scalar.c - the peak loop for the scalar table's rows, and a streaming-read loop
+ * (see peak.h): portable C compiled with no -m flags, exactly like kernels/scalar/.
+ * Written with 4-lane vectors (GCC/clang vector extensions) it reaches the 128-bit SIMD
+ * every target of this build has without flags (SSE2 on x86-64, NEON on AArch64), so it
+ * is the most that portable C can get out of this build: the honest ceiling for the
+ * scalar table, which the compiler may vectorise that far. Without -mfma an x86-64 build
+ * has no fused multiply-add, so there it is a multiply and an add.
  *
  * It is not a kernel and libsdpa never links it.
  */
@@ -39,4 +39,24 @@ double sb_peak_loop_scalar(int64_t iters, float *sink) {
     const v4f s = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7)) + ((a8 + a9) + (a10 + a11));
     *sink = s[0] + s[1] + s[2] + s[3];
     return (double)iters * 12.0 * 4.0 * 2.0; /* rounds x chains x lanes x (mul + add) */
+}
+
+/* Eight independent sums of 16-byte vector loads, the widest portable C reaches without
+ * -m flags (SSE2, NEON). n is a multiple of 64 floats, p 64-byte aligned. */
+double sb_read_loop_scalar(const float *p, int64_t n, float *sink) {
+    const v4f *v = (const v4f *)(const void *)p;
+    v4f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, a4 = {0}, a5 = {0}, a6 = {0}, a7 = {0};
+    for (int64_t i = 0; i < n / 4; i += 8) {
+        a0 += v[i];
+        a1 += v[i + 1];
+        a2 += v[i + 2];
+        a3 += v[i + 3];
+        a4 += v[i + 4];
+        a5 += v[i + 5];
+        a6 += v[i + 6];
+        a7 += v[i + 7];
+    }
+    const v4f s = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7));
+    *sink = s[0] + s[1] + s[2] + s[3];
+    return (double)n * sizeof(float);
 }

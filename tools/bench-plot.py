@@ -62,12 +62,12 @@ def main():
                            linewidth=1.2, label=f"{v} FMA peak {float(peak):.0f}")
         ax.set_yscale("log")
         ax.set_xticks(range(len(shapes)))
-        ax.set_xticklabels(shapes)
+        ax.set_xticklabels(shapes, rotation=30, ha="right")  # ten names side by side
         ax.set_ylabel("GFLOP/s (log scale)")
         ax.set_title(f"{t} thread{'s' if t > 1 else ''}")
         ax.grid(axis="y", which="both", alpha=0.3)
-        ax.legend(fontsize=8, loc="upper right")
-        ax.set_ylim(top=ax.get_ylim()[1] * 3)  # room above the tallest bar's label
+        ax.legend(fontsize=7, loc="upper center", ncol=3)
+        ax.set_ylim(top=ax.get_ylim()[1] * 6)  # room for the labels and the legend
     fig.suptitle(f"libsdpa {ctx.get('sdpa_version', '?')} ({ctx.get('sdpa_suite', '?')} suite), "
                  f"{ctx.get('num_cpus', '?')} CPUs, {ctx.get('date', '')[:10]}: "
                  f"GFLOP/s = 2(Dk+Dv) per visible score / median time")

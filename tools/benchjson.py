@@ -12,7 +12,8 @@ import sys
 
 def load(path):
     """Returns (context dict, list of rows in file order). Each row: key, shape, variant,
-    threads, ms, gflops, pct_peak (None if absent), kv_gbps (None if absent)."""
+    threads, ms, gflops, pct_peak, kv_gbps, pct_dram and other_cores (each None if
+    absent; other_cores: the CPU other processes took while the case ran)."""
     try:
         with open(path) as f:
             data = json.load(f)
@@ -39,6 +40,8 @@ def load(path):
             "gflops": b.get("gflops"),
             "pct_peak": b.get("pct_peak"),
             "kv_gbps": b.get("kv_gbps"),
+            "pct_dram": b.get("pct_dram"),
+            "other_cores": b.get("other_cores"),
         }
         if row["key"] in seen:
             rows[seen[row["key"]]] = row
