@@ -639,6 +639,14 @@ int main(int argc, char **argv) {
         peak_line += b;
     }
     std::fprintf(stderr, "%s\n", peak_line.c_str());
+    // Whether a BF16 QK^T table would pay: the vdpbf16ps rate against the fp32 FMA's.
+    if (const double bf16 = sb_peak_bf16_gflops(1); bf16 > 0 && peak[{SDPA_ISA_AVX512, 1}] > 0) {
+        benchmark::AddCustomContext("peak_gflops_avx512_bf16_threads1", std::to_string(bf16));
+        std::fprintf(stderr,
+                     "AVX512-BF16 dot-product peak (vdpbf16ps, 16 chains x 16 lanes), 1 thread: "
+                     "%.0f GFLOP/s = %.2fx the avx512 fp32 FMA peak (no table uses it)\n",
+                     bf16, bf16 / peak[{SDPA_ISA_AVX512, 1}]);
+    }
     for (const std::string &c : contended) {
         const std::string note = "all-core peak measured while other jobs held cores (" + c +
                                  "): % of peak there divides by threads x the 1-thread peak";

@@ -122,16 +122,33 @@ static double try_once(int threads) {
 #define TRY_SECONDS 0.03
 #define TRIES 10
 
+static double best_of_tries(sb_peak_loop loop, int threads);
+
 double sb_peak_gflops(sdpa_isa isa, int threads) {
     const int i = find(isa);
-    if (i < 0 || threads < 1 || threads > MAX_THREADS)
+    if (i < 0)
+        return 0.0;
+    return best_of_tries(loops[i].loop, threads);
+}
+
+double sb_peak_bf16_gflops(int threads) {
+#if defined(SB_PEAK_AVX512)
+    if (cpu_avx512() && __builtin_cpu_supports("avx512bf16"))
+        return best_of_tries(sb_peak_loop_avx512_bf16, threads);
+#endif
+    (void)threads;
+    return 0.0;
+}
+
+static double best_of_tries(sb_peak_loop loop, int threads) {
+    if (threads < 1 || threads > MAX_THREADS)
         return 0.0;
     /* Calibrate on one thread: iterations for TRY_SECONDS at the measured rate. */
     float sink;
     int64_t iters = 1 << 16;
     for (;;) {
         const double t0 = sb_now();
-        loops[i].loop(iters, &sink);
+        loop(iters, &sink);
         const double dt = sb_now() - t0;
         if (dt > TRY_SECONDS / 10) {
             iters = (int64_t)((double)iters * TRY_SECONDS / dt) + 1;
@@ -142,7 +159,7 @@ double sb_peak_gflops(sdpa_isa isa, int threads) {
     double best = 0.0;
     for (int t = 0; t < TRIES; t++) {
         for (int k = 0; k < threads; k++)
-            workers[k] = (worker){.loop = loops[i].loop, .iters = iters};
+            workers[k] = (worker){.loop = loop, .iters = iters};
         const double g = try_once(threads);
         best = g > best ? g : best;
     }

@@ -28,6 +28,13 @@ double sb_peak_loop_avx2(int64_t iters, float *sink);
 double sb_peak_loop_avx512(int64_t iters, float *sink);
 double sb_peak_loop_neon(int64_t iters, float *sink);
 
+/* The AVX512-BF16 dot-product loop (peak_avx512.c) and its GFLOP/s on `threads`
+ * threads, best of several tries like sb_peak_gflops; 0 when the build has no AVX-512
+ * or the CPU lacks AVX512_BF16. Not a row's yardstick: it answers whether a table
+ * computing QK^T from bf16 would pay (docs/PERFORMANCE.md). */
+double sb_peak_loop_avx512_bf16(int64_t iters, float *sink);
+double sb_peak_bf16_gflops(int threads);
+
 /* What the loop for isa measures ("AVX-512 FMA, 16 x 16 lanes", ...), or NULL when this
  * build has no loop for it or this CPU cannot run it. */
 const char *sb_peak_what(sdpa_isa isa);
