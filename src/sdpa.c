@@ -71,9 +71,14 @@
 
 /* Below this many flops (2 (Dk + Dv) per visible score) a call runs on the calling
  * thread without entering a parallel region: waking an OpenMP team costs microseconds,
- * the whole runtime of a seed-sized attention. See docs/PERFORMANCE.md for the
- * measured crossover. */
+ * the whole runtime of a seed-sized attention. docs/PERFORMANCE.md ("Serial cut-off")
+ * has the measured crossover; a build with -DSDPA_SERIAL_FLOPS_MAX=0 parallelises
+ * everything, which is how it was measured. */
+#ifdef SDPA_SERIAL_FLOPS_MAX
+#define SERIAL_FLOPS_MAX SDPA_SERIAL_FLOPS_MAX
+#else
 #define SERIAL_FLOPS_MAX (1 << 22)
+#endif
 
 /* Grouped GQA rows when Tq is at most this (decode, speculative decoding, chunked
  * prefill with small chunks): beyond it a plain item already has enough rows to reuse
