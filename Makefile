@@ -250,19 +250,23 @@ compare:
 # (CFLAGS, WERROR... pass through) and runs the whole suite (both ISAs: scalar and neon)
 # under qemu twice: the default CPU with 2 OpenMP threads, and a Cortex-A72 (ARMv8.0
 # only: any newer instruction dies with SIGILL) with 1. The threads suite asks for 1, 2,
-# 3 and nproc threads itself in both runs. About a minute per run under emulation; then
-# sdpa-run --check (plain C, no Google Benchmark) on both CPUs. Emulated times mean
+# 3 and nproc threads itself in both runs. About two minutes per run under emulation;
+# the two runs are separate targets, so `make -j2 -O test-aarch64` runs them at once.
+# Then sdpa-run --check (plain C, no Google Benchmark) on both CPUs. Emulated times mean
 # nothing. Debian packages: gcc-aarch64-linux-gnu libgomp1-arm64-cross qemu-user.
 AARCH64_CC   ?= aarch64-linux-gnu-gcc
 QEMU_AARCH64 ?= qemu-aarch64 -L /usr/aarch64-linux-gnu
 AARCH64_RUN  := build-aarch64/sdpa-run
 
-.PHONY: test-aarch64
-test-aarch64:
+.PHONY: test-aarch64 aarch64-build aarch64-suite-default aarch64-suite-a72
+aarch64-build:
 	$(MAKE) CC=$(AARCH64_CC) BUILD=build-aarch64 build-aarch64/sdpa-test \
 	  build-aarch64/sdpa-demo $(AARCH64_RUN)
+aarch64-suite-default: aarch64-build
 	OMP_NUM_THREADS=2 $(QEMU_AARCH64) build-aarch64/sdpa-test
+aarch64-suite-a72: aarch64-build
 	OMP_NUM_THREADS=1 $(QEMU_AARCH64) -cpu cortex-a72 build-aarch64/sdpa-test
+test-aarch64: aarch64-suite-default aarch64-suite-a72
 	$(QEMU_AARCH64) $(AARCH64_RUN) --check
 	$(QEMU_AARCH64) -cpu cortex-a72 $(AARCH64_RUN) --check --isa neon --threads 1
 
@@ -271,11 +275,13 @@ test-aarch64:
 #                        libFuzzer campaign on sdpa_forward (tests/fuzz/), clang with
 #                        -fsanitize=fuzzer,address,undefined; finds go to
 #                        build-fuzz/artifacts-<isa>/, the grown corpus to build-fuzz/corpus-<isa>/
+#   make fuzz-isas FUZZ_ISAS="scalar avx2"   one campaign per ISA (-jN runs N at once)
 #   make fuzz-corpus     regenerate the committed seed corpus tests/fuzz/corpus
 #   make tsan            the concurrency suites (soak, threads) under ThreadSanitizer: clang,
 #                        libomp with its Archer tool so OpenMP's own synchronisation is seen
 #   make valgrind        memcheck on the suite (--quick), once per VALGRIND_ISAS (valgrind 3.19
-#                        cannot run AVX-512); VALGRIND_SUITES picks the suites
+#                        cannot run AVX-512); VALGRIND_SUITES picks the suites; -j2 runs
+#                        two ISAs at once
 # Each has its own build directory. The test suite replays the fuzz corpus too
 # (tests/test_fuzzcases.c), so its object joins the suite's.
 TEST_OBJS += $(BUILD)/obj/tests/fuzz/fuzz_core.o
@@ -296,7 +302,7 @@ FUZZ_CFLAGS  := -std=c11 -D_DEFAULT_SOURCE $(WARN) $(CFLAGS) -fopenmp -Iinclude
 FUZZ_OBJS    := $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(LIB_SRCS))
 FUZZ_SRCS    := tests/fuzz/fuzz_main.c tests/fuzz/fuzz_core.c tests/harness.c
 
-.PHONY: fuzz fuzz-corpus tsan valgrind
+.PHONY: fuzz fuzz-isas fuzz-corpus tsan valgrind valgrind-build
 $(FUZZ_BUILD)/obj/src/%.o: src/%.c
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_INSTR) $(ISA_DEFS) -MMD -MP -c $< -o $@
@@ -314,13 +320,19 @@ $(FUZZ_BUILD)/sdpa-fuzz: $(FUZZ_SRCS) tests/fuzz/fuzz_core.h tests/harness.h $(F
 	  -fno-sanitize-recover=all -fno-omit-frame-pointer -o $@ $(FUZZ_SRCS) $(FUZZ_OBJS) \
 	  -fopenmp=libomp -lm -lpthread
 
-fuzz: $(FUZZ_BUILD)/sdpa-fuzz
-	@mkdir -p $(FUZZ_BUILD)/corpus-$(FUZZ_ISA) $(FUZZ_BUILD)/artifacts-$(FUZZ_ISA)
-	SDPA_ISA=$(FUZZ_ISA) LSAN_OPTIONS=suppressions=tests/fuzz/lsan.supp \
+fuzz: fuzz-isa-$(FUZZ_ISA)
+
+# One campaign per ISA, each with its own corpus and artifact directories, so
+# `make -j2 -O fuzz-isas FUZZ_ISAS="scalar avx2 avx512"` runs two at a time.
+FUZZ_ISAS ?= $(FUZZ_ISA)
+fuzz-isas: $(addprefix fuzz-isa-,$(FUZZ_ISAS))
+fuzz-isa-%: $(FUZZ_BUILD)/sdpa-fuzz
+	@mkdir -p $(FUZZ_BUILD)/corpus-$* $(FUZZ_BUILD)/artifacts-$*
+	SDPA_ISA=$* LSAN_OPTIONS=suppressions=tests/fuzz/lsan.supp \
 	  ./$(FUZZ_BUILD)/sdpa-fuzz -max_total_time=$(FUZZ_SECONDS) -timeout=30 \
 	  -rss_limit_mb=4096 -max_len=512 -print_final_stats=1 \
-	  -artifact_prefix=$(FUZZ_BUILD)/artifacts-$(FUZZ_ISA)/ $(FUZZ_ARGS) \
-	  $(FUZZ_BUILD)/corpus-$(FUZZ_ISA) tests/fuzz/corpus
+	  -artifact_prefix=$(FUZZ_BUILD)/artifacts-$*/ $(FUZZ_ARGS) \
+	  $(FUZZ_BUILD)/corpus-$* tests/fuzz/corpus
 
 $(FUZZ_BUILD)/gen-corpus: tests/fuzz/gen_corpus.c tests/fuzz/fuzz_core.h
 	@mkdir -p $(dir $@)
@@ -356,13 +368,13 @@ VALGRIND_BUILD  := build-vg
 VALGRIND_ISAS   ?= scalar avx2
 VALGRIND_SUITES ?= api seeds layout skip traps broken ukernel features layer extremes \
                    fuzzcases soak
-valgrind:
+valgrind: $(addprefix valgrind-isa-,$(VALGRIND_ISAS))
+valgrind-build:
 	$(MAKE) BUILD=$(VALGRIND_BUILD) $(VALGRIND_BUILD)/sdpa-test
-	for isa in $(VALGRIND_ISAS); do \
-	  SDPA_ISA=$$isa OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive valgrind -q --error-exitcode=99 \
-	    --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=definite \
-	    ./$(VALGRIND_BUILD)/sdpa-test --quick --isa $$isa $(VALGRIND_SUITES) || exit 1; \
-	done
+valgrind-isa-%: valgrind-build
+	SDPA_ISA=$* OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive valgrind -q --error-exitcode=99 \
+	  --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=definite \
+	  ./$(VALGRIND_BUILD)/sdpa-test --quick --isa $* $(VALGRIND_SUITES)
 
 # sdpa.pc is written at install time: its paths are the PREFIX of that install.
 install: lib
