@@ -9,6 +9,7 @@
 #ifndef SDPA_INTERNAL_H
 #define SDPA_INTERNAL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "../kernels/ukernel.h"
@@ -44,6 +45,41 @@ typedef struct sdpa_problem {
     float dropout_scale;         /* 1 / (1 - p) */
     uint64_t dropout_seed;
 } sdpa_problem;
+
+/* Bytes of one element of a dtype; 0 for a value that is not an sdpa_dtype. */
+static inline size_t sdpa_dtype_size(sdpa_dtype t) {
+    switch (t) {
+    case SDPA_F32:
+        return 4;
+    case SDPA_F16:
+    case SDPA_BF16:
+        return 2;
+    }
+    return 0;
+}
+
+/* ---- validation (validate.c) ---- */
+
+/* The byte range [lo, hi) a view may touch. */
+typedef struct sdpa_span {
+    uintptr_t lo, hi;
+} sdpa_span;
+
+/* The one extent rule every view and caller array goes through (tensors, masks, lengths,
+ * per-head arrays, lse, weights, and every kind of view added later): data non-NULL
+ * (SDPA_ERR_NULL_POINTER) and aligned to esize (SDPA_ERR_MISALIGNED), strides >= 0
+ * (SDPA_ERR_BAD_STRIDE), and the extent of dims n[0..ndims) with strides s (elements)
+ * over a contiguous last dim of d elements computed without overflow, its bytes within
+ * PTRDIFF_MAX and its end within the address space (below 2^56 on 64-bit targets)
+ * (SDPA_ERR_OVERFLOW). Every n[i] >= 1, d >= 1. On success *out is the byte range. */
+sdpa_status sdpa_extent(const void *data, size_t esize, int ndims, const int64_t *n,
+                        const int64_t *s, int64_t d, sdpa_span *out);
+
+/* A contiguous caller array of count >= 1 elements of esize bytes: sdpa_extent of it. */
+sdpa_status sdpa_check_array(const void *a, int64_t count, size_t esize, sdpa_span *sp);
+
+/* 1 if two byte ranges share a byte. */
+int sdpa_spans_overlap(sdpa_span a, sdpa_span b);
 
 /* Checks every field and view; on success fills *p. Writes nothing else. */
 sdpa_status sdpa_validate(const sdpa_desc *desc, const sdpa_tensor *q, const sdpa_tensor *k,

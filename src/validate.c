@@ -20,28 +20,26 @@
             return (status);     \
     } while (0)
 
-static size_t dtype_size(sdpa_dtype t) {
-    switch (t) {
-    case SDPA_F32:
-        return 4;
-    case SDPA_F16:
-    case SDPA_BF16:
-        return 2;
-    }
-    return 0;
-}
+/* The highest address one past a view's last byte may reach. Any extent beyond it
+ * cannot describe memory a caller owns, so it is refused like an int64 overflow instead
+ * of being read. On 64-bit targets: 2^56, the top of the largest user address space
+ * there is (x86-64 with 5-level paging: 57-bit virtual addresses, user half below 2^56,
+ * Intel SDM vol. 3A 4.5; AArch64: at most 52-bit virtual addresses, Arm ARM D8.1). On
+ * 32-bit targets the end must not wrap, which the addition below checks. */
+#if UINTPTR_MAX > 0xffffffffu
+#define ADDRESS_TOP ((uintptr_t)1 << 56)
+#else
+#define ADDRESS_TOP UINTPTR_MAX
+#endif
 
-/* The extent of a view with dims n[0..2] (strides s[0..2]) and a contiguous last dim of
- * d elements: the byte range [lo, hi) it may touch. Fails on any overflow, including an
- * end address past the top of the address space. */
-typedef struct span {
-    uintptr_t lo, hi;
-} span;
-
-static sdpa_status view_span(const void *data, size_t esize, const int64_t n[3],
-                             const int64_t s[3], int64_t d, span *out) {
+sdpa_status sdpa_extent(const void *data, size_t esize, int ndims, const int64_t *n,
+                        const int64_t *s, int64_t d, sdpa_span *out) {
+    CHECK(data != NULL, SDPA_ERR_NULL_POINTER);
+    CHECK((uintptr_t)data % esize == 0, SDPA_ERR_MISALIGNED);
+    for (int i = 0; i < ndims; i++)
+        CHECK(s[i] >= 0, SDPA_ERR_BAD_STRIDE);
     int64_t last = d - 1; /* offset of the last element, in elements */
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < ndims; i++) {
         int64_t t;
         CHECK(!__builtin_mul_overflow(n[i] - 1, s[i], &t), SDPA_ERR_OVERFLOW);
         CHECK(!__builtin_add_overflow(last, t, &last), SDPA_ERR_OVERFLOW);
@@ -52,13 +50,14 @@ static sdpa_status view_span(const void *data, size_t esize, const int64_t n[3],
     CHECK((uint64_t)bytes <= (uint64_t)PTRDIFF_MAX && (uint64_t)bytes <= (uint64_t)SIZE_MAX,
           SDPA_ERR_OVERFLOW);
     uintptr_t lo = (uintptr_t)data, hi;
-    CHECK(!__builtin_add_overflow(lo, (uintptr_t)bytes, &hi), SDPA_ERR_OVERFLOW);
+    CHECK(!__builtin_add_overflow(lo, (uintptr_t)bytes, &hi) && hi <= ADDRESS_TOP,
+          SDPA_ERR_OVERFLOW);
     out->lo = lo;
     out->hi = hi;
     return SDPA_OK;
 }
 
-static int spans_overlap(span a, span b) { return a.lo < b.hi && b.lo < a.hi; }
+int sdpa_spans_overlap(sdpa_span a, sdpa_span b) { return a.lo < b.hi && b.lo < a.hi; }
 
 /* An output view must map distinct elements to distinct addresses. Sufficient test:
  * order the dims of size > 1 by stride; each stride must reach past everything the
@@ -82,22 +81,20 @@ static int output_self_overlaps(const int64_t n[3], const int64_t s[3], int64_t 
     for (int i = 0; i < k; i++) {
         if (ds[i] < covered)
             return 1;
-        /* cannot overflow: view_span already bounded the whole extent */
+        /* cannot overflow: sdpa_extent already bounded the whole extent */
         covered += (dn[i] - 1) * ds[i];
     }
     return 0;
 }
 
-static sdpa_status check_view(const sdpa_tensor *t, const int64_t n[3], int64_t d,
-                              int is_output, span *sp) {
+/* A tensor view [n0, n1, n2, d]: its dtype, then the extent rule. */
+static sdpa_status check_tensor(const sdpa_tensor *t, const int64_t n[3], int64_t d,
+                                int is_output, sdpa_span *sp) {
     CHECK(t != NULL && t->data != NULL, SDPA_ERR_NULL_POINTER);
-    const size_t es = dtype_size(t->dtype);
+    const size_t es = sdpa_dtype_size(t->dtype);
     CHECK(es != 0, SDPA_ERR_BAD_DTYPE);
-    CHECK((uintptr_t)t->data % es == 0, SDPA_ERR_MISALIGNED);
     const int64_t s[3] = {t->stride_b, t->stride_h, t->stride_t};
-    for (int i = 0; i < 3; i++)
-        CHECK(s[i] >= 0, SDPA_ERR_BAD_STRIDE);
-    sdpa_status st = view_span(t->data, es, n, s, d, sp);
+    sdpa_status st = sdpa_extent(t->data, es, 3, n, s, d, sp);
     if (st != SDPA_OK)
         return st;
     if (is_output)
@@ -105,34 +102,66 @@ static sdpa_status check_view(const sdpa_tensor *t, const int64_t n[3], int64_t 
     return SDPA_OK;
 }
 
-/* The span of a small caller array of count elements of size es (count >= 1). */
-static sdpa_status array_span(const void *a, int64_t count, size_t es, span *sp) {
-    const int64_t n[3] = {1, 1, 1}, s[3] = {0, 0, 0};
-    return view_span(a, es, n, s, count, sp);
+/* A mask view [B, Hq, rows, keys] (rows, keys: the longest sequence's), its kind and
+ * dtype. *sp is empty when the mask is off or no sequence has a row and a key. */
+static sdpa_status check_mask(const sdpa_mask *mk, int64_t B, int64_t Hq, int64_t rows,
+                              int64_t keys, sdpa_span *sp) {
+    sp->lo = sp->hi = 0;
+    if (mk->kind == SDPA_MASK_NONE)
+        return SDPA_OK;
+    CHECK(mk->kind != SDPA_MASK_BOOL || mk->dtype == SDPA_F32, SDPA_ERR_BAD_DTYPE);
+    const size_t es = mk->kind == SDPA_MASK_BOOL ? 1 : sdpa_dtype_size(mk->dtype);
+    CHECK(es != 0, SDPA_ERR_BAD_DTYPE);
+    const int64_t s[3] = {mk->stride_b, mk->stride_h, mk->stride_q};
+    if (rows == 0 || keys == 0) { /* nothing is read; the strides must still be sane */
+        for (int i = 0; i < 3; i++)
+            CHECK(s[i] >= 0, SDPA_ERR_BAD_STRIDE);
+        CHECK((uintptr_t)mk->data % es == 0, SDPA_ERR_MISALIGNED);
+        return SDPA_OK;
+    }
+    const int64_t n[3] = {B, Hq, rows};
+    return sdpa_extent(mk->data, es, 3, n, s, keys, sp);
 }
 
-/* Sequence lengths: q_lens/kv_lens in range, or cu_seqlens starting at 0, non-decreasing
- * and ending within the views; *maxq / *maxkv get the longest sequence. */
-static sdpa_status check_lengths(const sdpa_desc *d, int64_t *maxq, int64_t *maxkv) {
+sdpa_status sdpa_check_array(const void *a, int64_t count, size_t esize, sdpa_span *sp) {
+    const int64_t n[1] = {1}, s[1] = {0};
+    return sdpa_extent(a, esize, 1, n, s, count, sp);
+}
+
+/* Sequence lengths: the arrays' extents first (nothing is read before), then
+ * q_lens/kv_lens in range, or cu_seqlens starting at 0, non-decreasing and ending within
+ * the views. *maxq / *maxkv get the longest sequence; spans[*nsp..] the arrays read. */
+static sdpa_status check_lengths(const sdpa_desc *d, int64_t *maxq, int64_t *maxkv,
+                                 sdpa_span *spans, int *nsp) {
     const int64_t B = d->batch;
-    const int64_t *arrs[4] = {d->q_lens, d->kv_lens, d->cu_seqlens_q, d->cu_seqlens_kv};
-    for (int i = 0; i < 4; i++)
-        CHECK((uintptr_t)arrs[i] % sizeof(int64_t) == 0, SDPA_ERR_MISALIGNED);
-    *maxq = d->len_q;
-    *maxkv = d->len_kv;
-    if (d->cu_seqlens_q || d->cu_seqlens_kv) {
+    const int varlen = d->cu_seqlens_q || d->cu_seqlens_kv;
+    if (varlen) {
         CHECK(d->cu_seqlens_q && d->cu_seqlens_kv, SDPA_ERR_BAD_LENGTHS);
         CHECK(!d->q_lens && !d->kv_lens, SDPA_ERR_BAD_LENGTHS);
-        const int64_t *cu[2] = {d->cu_seqlens_q, d->cu_seqlens_kv};
+    }
+    const int64_t *arrs[2] = {varlen ? d->cu_seqlens_q : d->q_lens,
+                              varlen ? d->cu_seqlens_kv : d->kv_lens};
+    for (int i = 0; i < 2; i++)
+        if (arrs[i]) {
+            /* B <= 2^40, so B + 1 cannot overflow */
+            sdpa_status st = sdpa_check_array(arrs[i], B + varlen, sizeof(int64_t),
+                                              &spans[(*nsp)++]);
+            if (st != SDPA_OK)
+                return st;
+        }
+    *maxq = d->len_q;
+    *maxkv = d->len_kv;
+    if (varlen) {
         const int64_t len[2] = {d->len_q, d->len_kv};
         int64_t *mx[2] = {maxq, maxkv};
         for (int t = 0; t < 2; t++) {
-            CHECK(cu[t][0] == 0 && cu[t][B] <= len[t], SDPA_ERR_BAD_LENGTHS);
+            const int64_t *cu = arrs[t];
+            CHECK(cu[0] == 0 && cu[B] <= len[t], SDPA_ERR_BAD_LENGTHS);
             *mx[t] = 0;
             for (int64_t b = 0; b < B; b++) {
-                CHECK(cu[t][b + 1] >= cu[t][b], SDPA_ERR_BAD_LENGTHS);
-                if (cu[t][b + 1] - cu[t][b] > *mx[t])
-                    *mx[t] = cu[t][b + 1] - cu[t][b];
+                CHECK(cu[b + 1] >= cu[b], SDPA_ERR_BAD_LENGTHS);
+                if (cu[b + 1] - cu[b] > *mx[t])
+                    *mx[t] = cu[b + 1] - cu[b];
             }
         }
         return SDPA_OK;
@@ -145,8 +174,38 @@ static sdpa_status check_lengths(const sdpa_desc *d, int64_t *maxq, int64_t *max
     return SDPA_OK;
 }
 
+/* The per-head arrays (ALiBi slopes, sinks): their extents, then their values. They are
+ * arguments like scale, not data: a NaN or infinite slope turns the scores it touches
+ * into NaN (inf * 0 on the diagonal) and a NaN or +inf sink every row of its head, so
+ * they are refused like a non-finite scale. A sink of -inf is allowed: it is the sink
+ * switched off for that head. */
+static sdpa_status check_heads(const sdpa_desc *d, sdpa_span *spans, int *nsp) {
+    const float *harr[2] = {d->alibi_slopes, d->sinks};
+    for (int i = 0; i < 2; i++)
+        if (harr[i]) {
+            sdpa_status st = sdpa_check_array(harr[i], d->heads_q, sizeof(float), &spans[(*nsp)++]);
+            if (st != SDPA_OK)
+                return st;
+        }
+    for (int64_t h = 0; h < d->heads_q; h++) {
+        CHECK(!d->alibi_slopes || isfinite(d->alibi_slopes[h]), SDPA_ERR_BAD_ARGUMENT);
+        CHECK(!d->sinks || isfinite(d->sinks[h]) || d->sinks[h] == -INFINITY,
+              SDPA_ERR_BAD_ARGUMENT);
+    }
+    return SDPA_OK;
+}
+
+#define TRY(call)                        \
+    do {                                 \
+        sdpa_status st_ = (call);        \
+        if (st_ != SDPA_OK)              \
+            return st_;                  \
+    } while (0)
+
 /* Both entry points: attention (v, o, optional output lse; weights NULL) or attention
- * weights (weights non-NULL: v and o unused, lse a required input). */
+ * weights (weights non-NULL: v and o unused, lse a required input). Order: pointers,
+ * dimensions, scalar fields, then every view and caller array through its kind's check
+ * (tensors, mask, lengths, per-head arrays, lse, weights), then overlaps. */
 static sdpa_status validate(const sdpa_desc *desc, const sdpa_tensor *q, const sdpa_tensor *k,
                             const sdpa_tensor *v, const sdpa_tensor *o, const float *lse,
                             const float *weights, sdpa_problem *p) {
@@ -191,10 +250,11 @@ static sdpa_status validate(const sdpa_desc *desc, const sdpa_tensor *q, const s
           SDPA_ERR_BAD_ARGUMENT);
     CHECK((mk->kind == SDPA_MASK_NONE) == (mk->data == NULL), SDPA_ERR_BAD_ARGUMENT);
 
+    /* every caller array the call reads, to check that no output overlaps it */
+    sdpa_span in[10];
+    int nin = 0;
     int64_t maxq, maxkv;
-    sdpa_status st = check_lengths(desc, &maxq, &maxkv);
-    if (st != SDPA_OK)
-        return st;
+    TRY(check_lengths(desc, &maxq, &maxkv, in, &nin));
 
     const int varlen = desc->cu_seqlens_q != NULL;
     const int64_t B = desc->batch, Hq = desc->heads_q, Hkv = desc->heads_kv;
@@ -202,87 +262,33 @@ static sdpa_status validate(const sdpa_desc *desc, const sdpa_tensor *q, const s
     /* under packed varlen the views are one batch entry of the total rows */
     const int64_t VB = varlen ? 1 : B;
     const int64_t nq[3] = {VB, Hq, Tq}, nkv[3] = {VB, Hkv, Tkv};
-    span sq, sk, sv, so, sl = {0, 0};
-    if ((st = check_view(q, nq, desc->dim_qk, 0, &sq)) != SDPA_OK)
-        return st;
-    if ((st = check_view(k, nkv, desc->dim_qk, 0, &sk)) != SDPA_OK)
-        return st;
+    sdpa_span so, sl = {0, 0};
+    TRY(check_tensor(q, nq, desc->dim_qk, 0, &in[nin++]));
+    TRY(check_tensor(k, nkv, desc->dim_qk, 0, &in[nin++]));
     if (wmode) {
         /* the weights: [VB, Hq, Tq, Tkv] contiguous floats */
         int64_t n = VB;
         CHECK(!__builtin_mul_overflow(n, Hq, &n) && !__builtin_mul_overflow(n, Tq, &n) &&
                   !__builtin_mul_overflow(n, Tkv, &n),
               SDPA_ERR_OVERFLOW);
-        CHECK((uintptr_t)weights % sizeof(float) == 0, SDPA_ERR_MISALIGNED);
-        if ((st = array_span(weights, n, sizeof(float), &so)) != SDPA_OK)
-            return st;
+        TRY(sdpa_check_array(weights, n, sizeof(float), &so));
     } else {
-        if ((st = check_view(v, nkv, desc->dim_v, 0, &sv)) != SDPA_OK)
-            return st;
-        if ((st = check_view(o, nq, desc->dim_v, 1, &so)) != SDPA_OK)
-            return st;
+        TRY(check_tensor(v, nkv, desc->dim_v, 0, &in[nin++]));
+        TRY(check_tensor(o, nq, desc->dim_v, 1, &so));
     }
-
-    /* every other caller array the call reads, to check that no output overlaps it */
-    span in[9];
-    int nin = 0;
-    in[nin++] = sq;
-    in[nin++] = sk;
-    if (!wmode)
-        in[nin++] = sv;
-    if (mk->kind != SDPA_MASK_NONE) {
-        const sdpa_dtype mt = mk->kind == SDPA_MASK_BOOL ? SDPA_F32 : mk->dtype;
-        CHECK(mk->kind != SDPA_MASK_BOOL || mk->dtype == SDPA_F32, SDPA_ERR_BAD_DTYPE);
-        const size_t es = mk->kind == SDPA_MASK_BOOL ? 1 : dtype_size(mt);
-        CHECK(es != 0, SDPA_ERR_BAD_DTYPE);
-        CHECK((uintptr_t)mk->data % es == 0, SDPA_ERR_MISALIGNED);
-        CHECK(mk->stride_b >= 0 && mk->stride_h >= 0 && mk->stride_q >= 0, SDPA_ERR_BAD_STRIDE);
-        if (maxq > 0 && maxkv > 0) {
-            const int64_t n[3] = {B, Hq, maxq}, s[3] = {mk->stride_b, mk->stride_h, mk->stride_q};
-            if ((st = view_span(mk->data, es, n, s, maxkv, &in[nin++])) != SDPA_OK)
-                return st;
-        }
-    }
-    const float *harr[2] = {desc->alibi_slopes, desc->sinks};
-    for (int i = 0; i < 2; i++)
-        if (harr[i]) {
-            CHECK((uintptr_t)harr[i] % sizeof(float) == 0, SDPA_ERR_MISALIGNED);
-            if ((st = array_span(harr[i], Hq, sizeof(float), &in[nin++])) != SDPA_OK)
-                return st;
-        }
-    /* The per-head parameters are arguments like scale, not data: a NaN or infinite slope
-     * turns the scores it touches into NaN (inf * 0 on the diagonal) and a NaN or +inf
-     * sink every row of its head, so they are refused like a non-finite scale. A sink of
-     * -inf is allowed: it is the sink switched off for that head. */
-    for (int64_t h = 0; h < Hq; h++) {
-        CHECK(!desc->alibi_slopes || isfinite(desc->alibi_slopes[h]), SDPA_ERR_BAD_ARGUMENT);
-        CHECK(!desc->sinks || isfinite(desc->sinks[h]) || desc->sinks[h] == -INFINITY,
-              SDPA_ERR_BAD_ARGUMENT);
-    }
-    const int64_t *larr[2] = {varlen ? desc->cu_seqlens_q : desc->q_lens,
-                              varlen ? desc->cu_seqlens_kv : desc->kv_lens};
-    for (int i = 0; i < 2; i++)
-        if (larr[i]) {
-            if ((st = array_span(larr[i], B + varlen, sizeof(int64_t), &in[nin++])) != SDPA_OK)
-                return st;
-        }
-    if (lse && wmode) { /* an input here */
-        CHECK((uintptr_t)lse % sizeof(float) == 0, SDPA_ERR_MISALIGNED);
-        const int64_t nl[3] = {VB, Hq, Tq}, sl3[3] = {Hq * Tq, Tq, 1};
-        if ((st = view_span(lse, sizeof(float), nl, sl3, 1, &in[nin++])) != SDPA_OK)
-            return st;
-    }
+    TRY(check_mask(mk, B, Hq, maxq, maxkv, &in[nin]));
+    nin += in[nin].hi > in[nin].lo;
+    TRY(check_heads(desc, in, &nin));
+    /* lse: [VB, Hq, Tq] contiguous floats; VB Hq Tq cannot overflow: it is at most o's
+     * elements (an output never broadcasts) or the weights' (checked above) */
+    if (lse)
+        TRY(sdpa_check_array(lse, VB * Hq * Tq, sizeof(float), wmode ? &in[nin++] : &sl));
     for (int i = 0; i < nin; i++)
-        CHECK(!spans_overlap(so, in[i]), SDPA_ERR_OVERLAP);
+        CHECK(!sdpa_spans_overlap(so, in[i]), SDPA_ERR_OVERLAP);
     if (lse && !wmode) {
-        CHECK((uintptr_t)lse % sizeof(float) == 0, SDPA_ERR_MISALIGNED);
-        const int64_t nl[3] = {VB, Hq, Tq};
-        const int64_t sl3[3] = {Hq * Tq, Tq, 1}; /* products bounded by the o view's */
-        if ((st = view_span(lse, sizeof(float), nl, sl3, 1, &sl)) != SDPA_OK)
-            return st;
         for (int i = 0; i < nin; i++)
-            CHECK(!spans_overlap(sl, in[i]), SDPA_ERR_OVERLAP);
-        CHECK(!spans_overlap(sl, so), SDPA_ERR_OVERLAP);
+            CHECK(!sdpa_spans_overlap(sl, in[i]), SDPA_ERR_OVERLAP);
+        CHECK(!sdpa_spans_overlap(sl, so), SDPA_ERR_OVERLAP);
     }
 
     p->B = B;

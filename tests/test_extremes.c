@@ -773,6 +773,110 @@ static void limits(void) {
           "features has a workspace size");
 }
 
+/* ---- the top of the address space: every kind of view goes through one extent rule --- */
+
+/* A view whose extent fits int64 but reaches past 2^56 (the top of any 64-bit user
+ * address space) cannot describe the caller's memory: refused with SDPA_ERR_OVERFLOW
+ * before anything is read or written, whatever kind of view it is and wherever the
+ * outputs lie. The masks are the independent check's find: a boolean mask with stride_b
+ * INT64_MAX - 100 (or an fp32 one with INT64_MAX / 4 - 100), B = 2, crashed (o below
+ * the mask) or gave SDPA_ERR_OVERLAP (o above it), because only tensors were held to the
+ * address-space rule. */
+static void address_top(void) {
+    /* masks, with o placed below and then above the mask in one buffer */
+    for (int kind = 0; kind < 2; kind++)
+        for (int o_above = 0; o_above < 2; o_above++)
+            for (int entry = 0; entry < 3; entry++) {
+                fixture *f = malloc(sizeof *f);
+                fixture_init(f);
+                enum { ON = XB * XH * XT * XD, MN = XT * XT * 4 };
+                float *buf = malloc((ON + MN) * sizeof(float) + sizeof f->lse);
+                float *o = o_above ? buf + MN : buf, *mbuf = o_above ? buf : buf + ON;
+                memset(buf, 0xA5, (ON + MN) * sizeof(float));
+                f->to = sdpa_tensor_bhtd(o, SDPA_F32, XH, XT, XD);
+                if (kind == 0) {
+                    memset(mbuf, 1, MN * sizeof(float));
+                    f->d.mask = (sdpa_mask){.data = mbuf, .kind = SDPA_MASK_BOOL,
+                                            .stride_b = INT64_MAX - 100, .stride_q = XT};
+                } else {
+                    for (int e = 0; e < MN; e++)
+                        mbuf[e] = 0.5f;
+                    f->d.mask = (sdpa_mask){.data = mbuf, .kind = SDPA_MASK_ADDITIVE,
+                                            .stride_b = INT64_MAX / 4 - 100, .stride_q = XT};
+                }
+                sdpa_status st;
+                float *w = NULL;
+                if (entry == 2) { /* the weights, with a valid lse */
+                    w = malloc(XB * XH * XT * XT * sizeof(float));
+                    memset(w, 0xA5, XB * XH * XT * XT * sizeof(float));
+                    st = sdpa_attention_weights(&f->d, &f->tq, &f->tk, f->lse, w);
+                } else {
+                    st = entry ? sdpa_reference(&f->d, &f->tq, &f->tk, &f->tv, &f->to, f->lse)
+                               : sdpa_forward(&f->d, &f->tq, &f->tk, &f->tv, &f->to, f->lse);
+                }
+                int kept = 1;
+                for (int e = 0; e < ON; e++)
+                    kept &= memcmp(&o[e], &(uint32_t){0xA5A5A5A5u}, 4) == 0;
+                for (int e = 0; w && e < XB * XH * XT * XT; e++)
+                    kept &= memcmp(&w[e], &(uint32_t){0xA5A5A5A5u}, 4) == 0;
+                CHECK(st == SDPA_ERR_OVERFLOW && kept,
+                      "%s mask with stride_b near INT64_MAX, o %s it (%s): got %d (%s), outputs "
+                      "%s", kind ? "fp32 additive" : "boolean", o_above ? "above" : "below",
+                      entry == 2 ? "weights" : entry ? "reference" : "forward", st,
+                      sdpa_strerror(st), kept ? "untouched" : "WRITTEN");
+                free(w);
+                free(buf);
+                free(f);
+            }
+    /* every kind of view and caller array starting one element under 2^56 (4 bytes for
+     * the float and byte ones, 8 for the int64 ones) and at least two elements long:
+     * refused without a read (a read there faults) */
+    char *const top = (char *)(uintptr_t)(((uint64_t)1 << 56) - 4);
+    char *const top8 = (char *)(uintptr_t)(((uint64_t)1 << 56) - 8);
+    static const char *names[] = {
+        "q stride_b 2^60 (B = 2)", "q data", "k data", "v data", "o data", "lse",
+        "boolean mask", "additive mask", "q_lens", "kv_lens", "cu_seqlens_q",
+        "ALiBi slopes", "sinks", "weights",
+    };
+    for (int c = 0; c < N(names); c++)
+        for (int ref = 0; ref < 2; ref++) {
+            fixture *f = malloc(sizeof *f);
+            fixture_init(f);
+            sdpa_desc *d = &f->d;
+            float *lse = f->lse, *w = NULL;
+            switch (c) {
+            case 0: f->tq.stride_b = (int64_t)1 << 60; break;
+            case 1: f->tq.data = top; break;
+            case 2: f->tk.data = top; break;
+            case 3: f->tv.data = top; break;
+            case 4: f->to.data = top; break;
+            case 5: lse = (float *)(void *)top; break;
+            case 6: d->mask = (sdpa_mask){.data = top, .kind = SDPA_MASK_BOOL, .stride_q = XT}; break;
+            case 7: d->mask = (sdpa_mask){.data = top, .kind = SDPA_MASK_ADDITIVE}; break;
+            case 8: d->q_lens = (const int64_t *)(const void *)top8; break;
+            case 9: d->kv_lens = (const int64_t *)(const void *)top8; break;
+            case 10:
+                d->cu_seqlens_q = (const int64_t *)(const void *)top8;
+                d->cu_seqlens_kv = f->cu;
+                break;
+            case 11: d->alibi_slopes = (const float *)(const void *)top; break;
+            case 12: d->sinks = (const float *)(const void *)top; break;
+            default: w = (float *)(void *)top; break;
+            }
+            sdpa_status st;
+            if (w)
+                st = sdpa_attention_weights(d, &f->tq, &f->tk, f->lse, w);
+            else
+                st = ref ? sdpa_reference(d, &f->tq, &f->tk, &f->tv, &f->to, lse)
+                         : sdpa_forward(d, &f->tq, &f->tk, &f->tv, &f->to, lse);
+            CHECK(st == SDPA_ERR_OVERFLOW && untouched(f),
+                  "%s ending past 2^56 (%s): got %d (%s), want SDPA_ERR_OVERFLOW, outputs %s",
+                  names[c], ref ? "reference" : "forward", st, sdpa_strerror(st),
+                  untouched(f) ? "untouched" : "WRITTEN");
+            free(f);
+        }
+}
+
 void suite_extremes(void) {
     scale_default();
     scale_tiny();
@@ -786,4 +890,5 @@ void suite_extremes(void) {
     long_sequences();
     far_offsets();
     limits();
+    address_top();
 }
