@@ -1046,6 +1046,12 @@ static void weights_item(const plan *pl, const scratch *w, int64_t t, float *out
                 for (int j = 0; j < n; j++)
                     sr[j] -= lse;
                 kt->vexp(n, sr, sr);
+                /* a hidden key's weight is 0 whatever the row's lse: -inf - lse is NaN
+                 * when lse is NaN (a row that sees a NaN key) */
+                const unsigned char *hid = w->hidden + (size_t)r * (size_t)pl->bc;
+                for (int j = 0; j < n; j++)
+                    if (hid[j])
+                        sr[j] = 0.0f;
             }
             if (p->dropout_p != 0.0f)
                 dropout_block(pl, &it, w, 0, m, j0, n);

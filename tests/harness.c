@@ -5,6 +5,7 @@
 #include "harness.h"
 
 #include "../kernels/convert.h"
+#include "oracle.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -344,6 +345,39 @@ th_errors th_compare(const th_case *c, const th_tensors *a, const th_tensors *re
     return e;
 }
 
+/* Work below which th_run_case also checks the fused path against the independent
+ * oracle (oracle.h): B Hq Tq Tkv (Dk + Dv) multiply-adds in double, a few milliseconds. */
+#define ORACLE_WORK_MAX ((int64_t)1 << 22)
+
+th_errors th_compare_oracle(const th_case *c, const th_tensors *a) {
+    th_errors e = {0, 0, 0};
+    const int64_t Tq = a->desc.len_q, Dv = c->Dv;
+    const size_t rows = (size_t)(a->VB * c->Hq * Tq);
+    double *o = malloc(rows * (size_t)Dv * sizeof(double)), *lse = malloc(rows * sizeof(double));
+    if (!o || !lse || !th_oracle(&a->desc, &a->q, &a->k, &a->v, o, lse, NULL)) {
+        free(o);
+        free(lse);
+        e.bad = -1;
+        return e;
+    }
+    const sdpa_dtype ot = a->o.dtype;
+    const double rel_tol = 1e-4 + (ot == SDPA_F16 ? 0x1p-10 : ot == SDPA_BF16 ? 0x1p-7 : 0.0);
+    for (int64_t b = 0; b < a->VB; b++)
+        for (int64_t h = 0; h < c->Hq; h++)
+            for (int64_t i = 0; i < Tq; i++) {
+                const size_t row = (size_t)((b * c->Hq + h) * Tq + i);
+                for (int64_t d = 0; d < Dv; d++)
+                    if (!close_enough(th_get(&a->o, b, h, i, d), (float)o[row * (size_t)Dv + (size_t)d],
+                                      rel_tol, &e.max_abs, &e.max_rel))
+                        e.bad++;
+                if (!close_enough(a->lse[row], (float)lse[row], 1e-4, &e.max_abs, &e.max_rel))
+                    e.bad++;
+            }
+    free(o);
+    free(lse);
+    return e;
+}
+
 /* Elements of an output buffer that belong to no element of the view must still hold
  * the sentinel: the call wrote nothing outside the output. */
 static int64_t gaps_written(const th_case *c, const th_tensors *t) {
@@ -418,6 +452,15 @@ int th_run_case_with(const th_case *c, const char *label, th_fill_fn fill, void 
                       "%s [%s]: max_abs=%.3g max_rel=%.3g bad=%lld gaps_written=%lld", label,
                       th_case_str(c, desc, sizeof desc), e.max_abs, e.max_rel,
                       (long long)e.bad, (long long)gaps);
+        const double work = (double)f.VB * (double)c->Hq * (double)f.desc.len_q *
+                            (double)f.desc.len_kv * (double)(c->Dk + c->Dv);
+        if (work <= (double)ORACLE_WORK_MAX) {
+            const th_errors eo = th_compare_oracle(c, &f);
+            ok &= th_check(eo.bad == 0, "th_run_case",
+                           "%s [%s]: against the independent oracle max_abs=%.3g max_rel=%.3g "
+                           "bad=%lld", label, th_case_str(c, desc, sizeof desc), eo.max_abs,
+                           eo.max_rel, (long long)eo.bad);
+        }
         if (th_verbose)
             printf("  ok %s [%s] max_abs=%.3g max_rel=%.3g\n", label,
                    th_case_str(c, desc, sizeof desc), e.max_abs, e.max_rel);

@@ -117,6 +117,12 @@ typedef struct th_errors {
  * Does not record a check. */
 th_errors th_compare(const th_case *c, const th_tensors *a, const th_tensors *ref);
 
+/* Compare the outputs o/lse of a (a fused run) against the independent oracle
+ * (oracle.h) with th_compare's tolerance. bad = -1 when the oracle ran out of memory.
+ * th_run_case calls it on every case of at most ORACLE_WORK_MAX multiply-adds, so a bug
+ * shared by sdpa_reference and the driver (they share the visible-key rule) is seen. */
+th_errors th_compare_oracle(const th_case *c, const th_tensors *a);
+
 /* The ISA the end-to-end suites run on; main.c loops it over every usable ISA. */
 extern sdpa_isa th_isa;
 

@@ -5,7 +5,10 @@
  * in double precision from the reference. Runs per ISA.
  *
  * The reference's weights come from the reference itself: with V the identity (Dv = Tkv,
- * V[j][d] = [j == d]) its output row i is the weight row i, dropout included.
+ * V[j][d] = [j == d]) its output row i is the weight row i, dropout included. That trick
+ * cannot tell a hidden key's 0 from NaN in a row whose lse is NaN (the reference's output
+ * row is then NaN in every column), so the weights are also held, element by element, to
+ * the independent oracle's (oracle.h): hidden keys exactly 0 whatever the row's lse.
  */
 #include <math.h>
 #include <stdio.h>
@@ -13,6 +16,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "oracle.h"
 #include "suites.h"
 
 #define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -111,6 +115,55 @@ static void test_linear(void) {
 
 /* ---- sdpa_attention_weights ----------------------------------------------------- */
 
+/* The weights w of the fused tensors f (after sdpa_attention_weights) against the
+ * oracle's: a hidden key exactly +0, a visible one within the fp32 tolerance or NaN
+ * where the oracle's is NaN. */
+static void check_weights_oracle(const th_tensors *f, const th_case *c, const float *w,
+                                 const char *label) {
+    const int64_t Tq = f->desc.len_q, Tkv = f->desc.len_kv;
+    const size_t rows = (size_t)(f->VB * c->Hq * Tq);
+    double *o = malloc(rows * (size_t)c->Dv * sizeof(double)), *lse = malloc(rows * sizeof(double));
+    double *ow = malloc(rows * (size_t)Tkv * sizeof(double));
+    int64_t hidden_bad = 0, visible_bad = 0, first = -1;
+    if (th_oracle(&f->desc, &f->q, &f->k, &f->v, o, lse, ow)) {
+        for (size_t e = 0; e < rows * (size_t)Tkv; e++) {
+            const size_t row = e / (size_t)Tkv;
+            const int64_t b = (int64_t)(row / (size_t)(c->Hq * Tq));
+            const int64_t h = (int64_t)(row / (size_t)Tq % (size_t)c->Hq);
+            int64_t i = (int64_t)(row % (size_t)Tq), sb = b;
+            const int64_t j = (int64_t)(e % (size_t)Tkv);
+            if (f->desc.cu_seqlens_q) { /* packed varlen: the row's own sequence */
+                for (sb = 0; sb < c->B && i >= f->desc.cu_seqlens_q[sb + 1]; sb++) {
+                }
+                i = sb < c->B ? i - f->desc.cu_seqlens_q[sb] : -1;
+            }
+            const float r = (float)ow[e];
+            int good;
+            if (!th_oracle_visible(&f->desc, sb, h, i, j))
+                good = w[e] == 0.0f && !signbit(w[e]);
+            else if (isnan(r))
+                good = isnan(w[e]);
+            else
+                good = fabs((double)w[e] - (double)r) <= 1e-5 + 1e-4 * fabs((double)r);
+            if (!good) {
+                hidden_bad += !th_oracle_visible(&f->desc, sb, h, i, j);
+                visible_bad += th_oracle_visible(&f->desc, sb, h, i, j);
+                if (first < 0)
+                    first = (int64_t)e;
+            }
+        }
+    }
+    char desc[512];
+    CHECK(hidden_bad == 0 && visible_bad == 0,
+          "weights %s against the oracle [%s]: %lld hidden keys not 0, %lld visible off "
+          "(first at element %lld: %g, oracle %g)", label, th_case_str(c, desc, sizeof desc),
+          (long long)hidden_bad, (long long)visible_bad, (long long)first,
+          first >= 0 ? (double)w[first] : 0.0, first >= 0 ? ow[first] : 0.0);
+    free(o);
+    free(lse);
+    free(ow);
+}
+
 static void check_weights(th_case c, const char *label) {
     c.Dv = c.Tkv; /* V = I, so the reference's output is its weights */
     th_tensors f, r;
@@ -150,6 +203,8 @@ static void check_weights(th_case c, const char *label) {
     char desc[512];
     CHECK(st == SDPA_OK && sr == SDPA_OK && bad == 0, "weights %s [%s]: %s, %lld off (worst %.3g)",
           label, th_case_str(&c, desc, sizeof desc), sdpa_strerror(st), (long long)bad, worst);
+    if (st == SDPA_OK)
+        check_weights_oracle(&f, &c, w, label);
     free(w);
     th_tensors_free(&f);
     th_tensors_free(&r);
@@ -173,6 +228,76 @@ static void test_weights(void) {
         c.seed = 900 + (uint64_t)i;
         check_weights(c, "vs the reference");
     }
+}
+
+/* Rows whose lse is NaN: the weights of the keys such a row does not see are 0, not NaN
+ * (the independent check's find: the driver subtracted the NaN lse from the -inf of every
+ * masked score). First the issue's minimal case, B = H = 1, T = 4, D = 1, bottom-right
+ * causal, q = k = 1 with K[1] = NaN: row 1 sees keys 0 and 1 and must read [NaN NaN 0 0];
+ * then a NaN key row and an inf x 0 score (inf in Q against a 0 in K) in larger cases
+ * with masks, windows and padding, every element against the oracle. */
+static void fill_nan_row(th_tensors *t, const th_case *c, void *ctx) {
+    const int *kind = ctx;
+    (void)c;
+    if (*kind == 0) {
+        for (int64_t h = 0; h < c->Hkv; h++)
+            for (int64_t d = 0; d < c->Dk; d++)
+                th_at(&t->k, 0, h, 5)[d] = NAN;
+    } else {
+        for (int64_t h = 0; h < c->Hq; h++)
+            th_at(&t->q, 0, h, 7)[0] = INFINITY;
+        for (int64_t h = 0; h < c->Hkv; h++)
+            for (int64_t j = 0; j < c->Tkv; j++)
+                th_at(&t->k, 0, h, j)[0] = 0.0f;
+    }
+}
+
+static void weights_nan_rows(void) {
+    {
+        float q[4] = {1, 1, 1, 1}, k[4] = {1, NAN, 1, 1}, v[4] = {1, 2, 3, 4}, o[4], lse[4];
+        float w[16];
+        const sdpa_desc d = {.batch = 1, .heads_q = 1, .heads_kv = 1, .len_q = 4, .len_kv = 4,
+                             .dim_qk = 1, .dim_v = 1, .causal = SDPA_CAUSAL_BOTTOM_RIGHT,
+                             .isa = th_isa};
+        const sdpa_tensor tq = sdpa_tensor_bhtd(q, SDPA_F32, 1, 4, 1);
+        const sdpa_tensor tk = sdpa_tensor_bhtd(k, SDPA_F32, 1, 4, 1);
+        const sdpa_tensor tv = sdpa_tensor_bhtd(v, SDPA_F32, 1, 4, 1);
+        const sdpa_tensor to = sdpa_tensor_bhtd(o, SDPA_F32, 1, 4, 1);
+        sdpa_status st = sdpa_forward(&d, &tq, &tk, &tv, &to, lse);
+        if (st == SDPA_OK)
+            st = sdpa_attention_weights(&d, &tq, &tk, lse, w);
+        const int ok = st == SDPA_OK && w[0] == 1.0f && w[1] == 0.0f && w[2] == 0.0f &&
+                       w[3] == 0.0f && isnan(w[4]) && isnan(w[5]) && w[6] == 0.0f &&
+                       w[7] == 0.0f && isnan(w[8]) && isnan(w[9]) && isnan(w[10]) && w[11] == 0.0f;
+        CHECK(ok, "weights with K[1] = NaN, T = 4, causal: status %d, row 1 = [%g %g %g %g], "
+              "want [nan nan 0 0]", st, (double)w[4], (double)w[5], (double)w[6], (double)w[7]);
+    }
+    static const th_case cases[] = {
+        {.B = 1, .Hq = 2, .Hkv = 1, .Tq = 40, .Tkv = 40, .Dk = 8, .causal = 1},
+        {.B = 2, .Hq = 2, .Hkv = 2, .Tq = 30, .Tkv = 90, .Dk = 8, .mask = SDPA_MASK_BOOL,
+         .mask_hidden = 0.4f, .window = 1, .wl = 20, .wr = 3},
+        {.B = 3, .Hq = 2, .Hkv = 1, .Tq = 20, .Tkv = 70, .Dk = 8, .causal = 2,
+         .lens = TH_LENS_PADDED, .sinks = 1, .mask = SDPA_MASK_ADDITIVE, .mask_hidden = 0.3f},
+    };
+    for (int kind = 0; kind < 2; kind++)
+        for (int i = 0; i < N(cases); i++) {
+            th_case c = cases[i];
+            c.Dv = 5;
+            c.seed = 950 + (uint64_t)(10 * kind + i);
+            th_tensors f;
+            th_tensors_make(&f, &c);
+            fill_nan_row(&f, &c, &kind);
+            const size_t nw = (size_t)(f.VB * c.Hq * f.desc.len_q * f.desc.len_kv);
+            float *w = malloc(nw * sizeof(float));
+            sdpa_status st = sdpa_forward(&f.desc, &f.q, &f.k, &f.v, &f.o, f.lse);
+            if (st == SDPA_OK)
+                st = sdpa_attention_weights(&f.desc, &f.q, &f.k, f.lse, w);
+            if (CHECK(st == SDPA_OK, "weights with a %s: status %d",
+                      kind ? "inf x 0 score" : "NaN key row", st))
+                check_weights_oracle(&f, &c, w, kind ? "inf x 0 score" : "NaN key row");
+            free(w);
+            th_tensors_free(&f);
+        }
 }
 
 /* ---- sdpa_mha_forward ------------------------------------------------------------- */
@@ -319,5 +444,6 @@ static void test_mha(void) {
 void suite_layer(void) {
     test_linear();
     test_weights();
+    weights_nan_rows();
     test_mha();
 }
