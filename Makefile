@@ -300,7 +300,7 @@ FUZZ_INSTR   := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recove
                 -fno-omit-frame-pointer
 FUZZ_CFLAGS  := -std=c11 -D_DEFAULT_SOURCE $(WARN) $(CFLAGS) -fopenmp -Iinclude
 FUZZ_OBJS    := $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(LIB_SRCS))
-FUZZ_SRCS    := tests/fuzz/fuzz_main.c tests/fuzz/fuzz_core.c tests/harness.c
+FUZZ_SRCS    := tests/fuzz/fuzz_main.c tests/fuzz/fuzz_core.c tests/harness.c tests/oracle.c
 
 .PHONY: fuzz fuzz-isas fuzz-corpus tsan valgrind valgrind-build
 $(FUZZ_BUILD)/obj/src/%.o: src/%.c
@@ -402,3 +402,6 @@ $(LIB_OBJS) $(TEST_OBJS) $(BENCH_COBJS) $(BENCH_MAIN): $(CONFIG_STAMP)
 $(CONFIG_STAMP): ;
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+# Optional parts of the build, each in its own fragment (mk/*.mk).
+include $(wildcard mk/*.mk)
