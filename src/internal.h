@@ -58,6 +58,17 @@ static inline size_t sdpa_dtype_size(sdpa_dtype t) {
     return 0;
 }
 
+/* ---- memory (alloc.c) ---- */
+
+/* bytes of memory aligned to 64 (any size, 0 included), or NULL when out of memory.
+ * Every allocation of the library goes through here. */
+void *sdpa_alloc(size_t bytes);
+void sdpa_free(void *p);
+/* Tests: on the calling thread, make the k-th sdpa_alloc from now return NULL (k >= 1;
+ * 0 disarms), and count the allocations made so far. */
+void sdpa_alloc_fail_at(int64_t k);
+int64_t sdpa_alloc_count(void);
+
 /* ---- validation (validate.c) ---- */
 
 /* The byte range [lo, hi) a view may touch. */
@@ -167,12 +178,22 @@ void sdpa_cpu_x86(sdpa_x86_cpu *f);
 sdpa_status sdpa_forward_with(const sdpa_kernels *kt, const sdpa_problem *p,
                               sdpa_stats *stats);
 
-/* Attention weights (sdpa_attention_weights) on a problem from sdpa_validate_weights. */
-sdpa_status sdpa_weights_with(const sdpa_kernels *kt, const sdpa_problem *p, float *weights);
+/* Attention weights (sdpa_attention_weights) on a problem from sdpa_validate_weights,
+ * with scratch of sdpa_weights_scratch() bytes from the caller, or allocated when NULL
+ * (the only way it fails: SDPA_ERR_OUT_OF_MEMORY, before writing anything). The size is
+ * that of a call made from the same thread in the same OpenMP context. */
+size_t sdpa_weights_scratch(const sdpa_kernels *kt, const sdpa_problem *p);
+sdpa_status sdpa_weights_with(const sdpa_kernels *kt, const sdpa_problem *p, float *weights,
+                              void *buf);
 
-/* y = x W^T + bias (sdpa_linear) with an explicit table, on validated arguments. */
+/* y = x W^T + bias (sdpa_linear) with an explicit table, on validated arguments, with
+ * scratch of sdpa_linear_scratch() bytes from the caller or allocated when NULL (as
+ * sdpa_weights_with). */
+size_t sdpa_linear_scratch(const sdpa_kernels *kt, int64_t M, int64_t N, int64_t K,
+                           int num_threads);
 sdpa_status sdpa_linear_with(const sdpa_kernels *kt, int64_t M, int64_t N, int64_t K,
                              const float *x, int64_t ldx, const float *w, int64_t ldw,
-                             const float *bias, float *y, int64_t ldy, int num_threads);
+                             const float *bias, float *y, int64_t ldy, int num_threads,
+                             void *scratch);
 
 #endif /* SDPA_INTERNAL_H */

@@ -82,37 +82,61 @@ static void row_block(const linear_plan *lp, float *q, float *s, const float *wp
     }
 }
 
-sdpa_status sdpa_linear_with(const sdpa_kernels *kt, int64_t M, int64_t N, int64_t K,
-                             const float *x, int64_t ldx, const float *w, int64_t ldw,
-                             const float *bias, float *y, int64_t ldy, int num_threads) {
-    linear_plan lp = {kt, M, N, K, x, w, bias, y, ldx, ldw, ldy, 0, 0, 0};
+/* The blocking of a call: leading dimensions, panel size, threads, scratch bytes. */
+typedef struct linear_shape {
+    int ldq, lds;
+    size_t panel_floats;
+    size_t wp_bytes;   /* the packed block of W, shared by the threads */
+    size_t per_thread; /* one thread's x block and S tile */
+    int nt;
+} linear_shape;
+
+static linear_shape shape_of(const sdpa_kernels *kt, int64_t M, int64_t N, int64_t K,
+                             int num_threads) {
+    linear_shape sh;
     const int64_t kcmax = K < LINEAR_KC ? K : LINEAR_KC;
     const int64_t ncmax = N < LINEAR_NC ? N : LINEAR_NC;
-    lp.ldq = (int)rup((size_t)kcmax, 16);
-    lp.lds = (int)rup(rup((size_t)kt->bc, (size_t)kt->kp_align), 16);
-    lp.panel_floats = rup(rup((size_t)kt->bc, (size_t)kt->kp_align) * (size_t)kcmax, 16);
+    sh.ldq = (int)rup((size_t)kcmax, 16);
+    sh.lds = (int)rup(rup((size_t)kt->bc, (size_t)kt->kp_align), 16);
+    sh.panel_floats = rup(rup((size_t)kt->bc, (size_t)kt->kp_align) * (size_t)kcmax, 16);
     const int64_t npanels = (ncmax + kt->bc - 1) / kt->bc;
-
-    int nt = 1;
+    sh.nt = 1;
 #ifdef _OPENMP
     if (2.0 * (double)M * (double)N * (double)K >= (double)LINEAR_SERIAL_FLOPS &&
         !(omp_in_parallel() && num_threads == 0))
-        nt = num_threads > 0 ? num_threads : omp_get_max_threads();
+        sh.nt = num_threads > 0 ? num_threads : omp_get_max_threads();
     const int64_t blocks = (M + kt->br - 1) / kt->br;
-    if (nt > blocks)
-        nt = (int)(blocks > 0 ? blocks : 1);
+    if (sh.nt > blocks)
+        sh.nt = (int)(blocks > 0 ? blocks : 1);
 #else
+    (void)M;
     (void)num_threads;
 #endif
-    const size_t per_thread = rup((size_t)kt->br * (size_t)lp.ldq * sizeof(float), 64) +
-                              rup((size_t)kt->br * (size_t)lp.lds * sizeof(float), 64);
-    float *wp = aligned_alloc(64, rup((size_t)npanels * lp.panel_floats * sizeof(float), 64));
-    char *scr = aligned_alloc(64, per_thread * (size_t)nt);
-    if (!wp || !scr) {
-        free(wp);
-        free(scr);
+    sh.per_thread = rup((size_t)kt->br * (size_t)sh.ldq * sizeof(float), 64) +
+                    rup((size_t)kt->br * (size_t)sh.lds * sizeof(float), 64);
+    sh.wp_bytes = rup((size_t)npanels * sh.panel_floats * sizeof(float), 64);
+    return sh;
+}
+
+size_t sdpa_linear_scratch(const sdpa_kernels *kt, int64_t M, int64_t N, int64_t K,
+                           int num_threads) {
+    const linear_shape sh = shape_of(kt, M, N, K, num_threads);
+    return sh.wp_bytes + sh.per_thread * (size_t)sh.nt;
+}
+
+sdpa_status sdpa_linear_with(const sdpa_kernels *kt, int64_t M, int64_t N, int64_t K,
+                             const float *x, int64_t ldx, const float *w, int64_t ldw,
+                             const float *bias, float *y, int64_t ldy, int num_threads,
+                             void *scratch) {
+    const linear_shape sh = shape_of(kt, M, N, K, num_threads);
+    linear_plan lp = {kt, M, N, K, x, w, bias, y, ldx, ldw, ldy, sh.ldq, sh.lds, sh.panel_floats};
+    const int nt = sh.nt;
+    const size_t per_thread = sh.per_thread;
+    char *buf = scratch ? scratch : sdpa_alloc(sh.wp_bytes + per_thread * (size_t)nt);
+    if (!buf)
         return SDPA_ERR_OUT_OF_MEMORY;
-    }
+    float *wp = (float *)(void *)buf;
+    char *scr = buf + sh.wp_bytes;
 
     for (int64_t jc = 0; jc < N; jc += LINEAR_NC) {
         const int64_t n0 = N - jc < LINEAR_NC ? N - jc : LINEAR_NC;
@@ -149,8 +173,8 @@ sdpa_status sdpa_linear_with(const sdpa_kernels *kt, int64_t M, int64_t N, int64
             }
         }
     }
-    free(wp);
-    free(scr);
+    if (!scratch)
+        sdpa_free(buf);
     return SDPA_OK;
 }
 
@@ -190,5 +214,6 @@ sdpa_status sdpa_linear(const sdpa_linear_desc *d, const float *x, float *y) {
     const sdpa_kernels *kt = sdpa_dispatch_table((sdpa_isa)d->isa);
     if (!kt)
         return SDPA_ERR_UNSUPPORTED_ISA;
-    return sdpa_linear_with(kt, M, N, K, x, ldx, d->weight, ldw, d->bias, y, ldy, d->num_threads);
+    return sdpa_linear_with(kt, M, N, K, x, ldx, d->weight, ldw, d->bias, y, ldy, d->num_threads,
+                            NULL);
 }

@@ -142,7 +142,7 @@ sdpa_status sdpa_mha_forward(const sdpa_mha_desc *d, const float *x, const float
     float *ws = workspace;
     float *own = NULL;
     if (!ws) {
-        ws = own = aligned_alloc(64, total * sizeof(float));
+        ws = own = sdpa_alloc(total * sizeof(float));
         if (!ws)
             return SDPA_ERR_OUT_OF_MEMORY;
     }
@@ -159,13 +159,15 @@ sdpa_status sdpa_mha_forward(const sdpa_mha_desc *d, const float *x, const float
     const sdpa_tensor tk = sdpa_tensor_bthd(K, SDPA_F32, s.Hkv, s.Tkv, s.Dh);
     const sdpa_tensor tv = sdpa_tensor_bthd(V, SDPA_F32, s.Hkv, s.Tkv, s.Dh);
     const sdpa_tensor tc = sdpa_tensor_bthd(C, SDPA_F32, s.Hq, s.T, s.Dh);
-    sdpa_problem p;
+    sdpa_problem p, pw;
     const sdpa_kernels *kt = NULL;
     st = sdpa_validate(&a, &tq, &tk, &tv, &tc, lse, &p);
+    if (st == SDPA_OK && weights)
+        st = sdpa_validate_weights(&a, &tq, &tk, lse, weights, &pw);
     if (st == SDPA_OK && !(kt = sdpa_dispatch_table((sdpa_isa)a.isa)))
         st = SDPA_ERR_UNSUPPORTED_ISA;
     if (st != SDPA_OK) {
-        free(own);
+        sdpa_free(own);
         return st;
     }
 
@@ -183,26 +185,38 @@ sdpa_status sdpa_mha_forward(const sdpa_mha_desc *d, const float *x, const float
         }
     }
     const int nt = a.num_threads;
-    st = sdpa_linear_with(kt, s.B * s.T, s.dq, s.din, x, s.din, wq, s.din, bq, Q, s.dq, nt);
+    /* everything up to the attention writes only the workspace */
+    st = sdpa_linear_with(kt, s.B * s.T, s.dq, s.din, x, s.din, wq, s.din, bq, Q, s.dq, nt, NULL);
     if (st == SDPA_OK)
-        st = sdpa_linear_with(kt, s.B * s.Tkv, s.dk, s.dkv, in, s.dkv, wk, s.dkv, bk, K, s.dk, nt);
+        st = sdpa_linear_with(kt, s.B * s.Tkv, s.dk, s.dkv, in, s.dkv, wk, s.dkv, bk, K, s.dk, nt,
+                              NULL);
     if (st == SDPA_OK)
-        st = sdpa_linear_with(kt, s.B * s.Tkv, s.dk, s.dkv, in, s.dkv, wv, s.dkv, bv, V, s.dk, nt);
+        st = sdpa_linear_with(kt, s.B * s.Tkv, s.dk, s.dkv, in, s.dkv, wv, s.dkv, bv, V, s.dk, nt,
+                              NULL);
     if (st == SDPA_OK)
         st = sdpa_forward_with(kt, &p, a.stats);
-    if (st == SDPA_OK && weights) {
-        sdpa_problem pw;
-        st = sdpa_validate_weights(&a, &tq, &tk, lse, weights, &pw);
-        if (st == SDPA_OK)
-            st = sdpa_weights_with(kt, &pw, weights);
+    /* the two steps that write outputs (weights, y) share one scratch buffer allocated
+     * before either runs, so running out of memory leaves both untouched */
+    char *scr = NULL;
+    if (st == SDPA_OK) {
+        size_t need = weights ? sdpa_weights_scratch(kt, &pw) : 0;
+        if (s.has_wo) {
+            const size_t lin = sdpa_linear_scratch(kt, s.B * s.T, s.dout, s.dq, nt);
+            need = lin > need ? lin : need;
+        }
+        if (!(scr = sdpa_alloc(need)))
+            st = SDPA_ERR_OUT_OF_MEMORY;
     }
+    if (st == SDPA_OK && weights)
+        st = sdpa_weights_with(kt, &pw, weights, scr);
     if (st == SDPA_OK) {
         if (s.has_wo)
             st = sdpa_linear_with(kt, s.B * s.T, s.dout, s.dq, C, s.dq, d->wo.weight, s.dq,
-                                  d->wo.bias, y, s.dout, nt);
+                                  d->wo.bias, y, s.dout, nt, scr);
         else
             memcpy(y, C, yb);
     }
-    free(own);
+    sdpa_free(scr);
+    sdpa_free(own);
     return st;
 }

@@ -63,13 +63,13 @@ sdpa_status sdpa_reference(const sdpa_desc *desc, const sdpa_tensor *q, const sd
     if (st != SDPA_OK)
         return st;
 
-    double *score = malloc((size_t)p.Tkv * sizeof(double));
-    char *keep = malloc((size_t)p.Tkv);
-    double *acc = malloc((size_t)p.Dv * sizeof(double));
+    double *score = sdpa_alloc((size_t)p.Tkv * sizeof(double));
+    char *keep = sdpa_alloc((size_t)p.Tkv);
+    double *acc = sdpa_alloc((size_t)p.Dv * sizeof(double));
     if (!score || !keep || !acc) {
-        free(score);
-        free(keep);
-        free(acc);
+        sdpa_free(score);
+        sdpa_free(keep);
+        sdpa_free(acc);
         return SDPA_ERR_OUT_OF_MEMORY;
     }
 
@@ -171,9 +171,9 @@ sdpa_status sdpa_reference(const sdpa_desc *desc, const sdpa_tensor *q, const sd
                     *lsei = (float)(mu + log(sum));
             }
 
-    free(score);
-    free(keep);
-    free(acc);
+    sdpa_free(score);
+    sdpa_free(keep);
+    sdpa_free(acc);
     if (desc->stats) {
         const sdpa_stats none = {.isa = SDPA_ISA_AUTO, .threads = 1};
         *desc->stats = none;

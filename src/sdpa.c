@@ -948,12 +948,12 @@ sdpa_status sdpa_forward_with(const sdpa_kernels *kt, const sdpa_problem *p,
     plan_make(&pl, kt, p, 1);
     const int nt = choose_threads(&pl);
     run_ctx x = {&pl, NULL, NULL};
-    x.scratch = aligned_alloc(64, pl.scratch_bytes * (size_t)nt);
+    x.scratch = sdpa_alloc(pl.scratch_bytes * (size_t)nt);
     if (pl.chunk)
-        x.part = malloc((size_t)pl.units * partial_floats(&pl) * sizeof(float));
+        x.part = sdpa_alloc((size_t)pl.units * partial_floats(&pl) * sizeof(float));
     if (!x.scratch || (pl.chunk && !x.part)) {
-        free(x.scratch);
-        free(x.part);
+        sdpa_free(x.scratch);
+        sdpa_free(x.part);
         return SDPA_ERR_OUT_OF_MEMORY;
     }
     const size_t wts_off = scratch_layout(&pl, NULL, NULL);
@@ -996,8 +996,8 @@ sdpa_status sdpa_forward_with(const sdpa_kernels *kt, const sdpa_problem *p,
 #endif
     }
     write_orphan_rows(p);
-    free(x.scratch);
-    free(x.part);
+    sdpa_free(x.scratch);
+    sdpa_free(x.part);
 
     if (stats) {
         stats->isa = kt->isa;
@@ -1064,11 +1064,18 @@ static void weights_item(const plan *pl, const scratch *w, int64_t t, float *out
     }
 }
 
-sdpa_status sdpa_weights_with(const sdpa_kernels *kt, const sdpa_problem *p, float *weights) {
+size_t sdpa_weights_scratch(const sdpa_kernels *kt, const sdpa_problem *p) {
+    plan pl;
+    plan_make(&pl, kt, p, 0);
+    return pl.scratch_bytes * (size_t)choose_threads(&pl);
+}
+
+sdpa_status sdpa_weights_with(const sdpa_kernels *kt, const sdpa_problem *p, float *weights,
+                              void *buf_in) {
     plan pl;
     plan_make(&pl, kt, p, 0);
     const int nt = choose_threads(&pl);
-    char *buf = aligned_alloc(64, pl.scratch_bytes * (size_t)nt);
+    char *buf = buf_in ? buf_in : sdpa_alloc(pl.scratch_bytes * (size_t)nt);
     if (!buf)
         return SDPA_ERR_OUT_OF_MEMORY;
     const int64_t VB = p->cu_q ? 1 : p->B;
@@ -1089,7 +1096,8 @@ sdpa_status sdpa_weights_with(const sdpa_kernels *kt, const sdpa_problem *p, flo
         for (int64_t t = 0; t < pl.items; t++)
             weights_item(&pl, &w, t, weights);
     }
-    free(buf);
+    if (!buf_in)
+        sdpa_free(buf);
     return SDPA_OK;
 }
 
@@ -1102,7 +1110,7 @@ sdpa_status sdpa_attention_weights(const sdpa_desc *desc, const sdpa_tensor *q,
     const sdpa_kernels *kt = sdpa_dispatch_table((sdpa_isa)p.isa);
     if (!kt)
         return SDPA_ERR_UNSUPPORTED_ISA;
-    return sdpa_weights_with(kt, &p, weights);
+    return sdpa_weights_with(kt, &p, weights, NULL);
 }
 
 sdpa_status sdpa_forward(const sdpa_desc *desc, const sdpa_tensor *q, const sdpa_tensor *k,

@@ -57,6 +57,8 @@ static double mask_at(const sdpa_desc *d, int64_t b, int64_t h, int64_t i, int64
 }
 
 int th_oracle_visible(const sdpa_desc *d, int64_t b, int64_t h, int64_t i, int64_t j) {
+    if (b < 0 || b >= d->batch) /* a view row no sequence owns */
+        return 0;
     const seq s = sequence(d, b);
     if (i < 0 || i >= s.tq || j < 0 || j >= s.tkv)
         return 0;

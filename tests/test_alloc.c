@@ -1,0 +1,209 @@
+/*
+ * test_alloc.c - running out of memory, at every allocation each entry point makes.
+ *
+ * Every allocation of the library goes through src/alloc.c, whose thread-local
+ * injection makes the k-th one from now return NULL. For each entry point (and each
+ * code path that allocates differently: serial, threaded, split-KV, the layer with and
+ * without a caller workspace), a clean call counts its allocations N; then for every
+ * k <= N the call is repeated with the k-th failing and must return
+ * SDPA_ERR_OUT_OF_MEMORY with every output byte as it was. Leaks are the sanitizer
+ * build's to find (CI runs the suite under ASan with leak detection). Runs per ISA.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "suites.h"
+
+#define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+/* An entry point under test: runs once on prepared buffers, returns its status. */
+typedef struct target {
+    const char *name;
+    sdpa_status (*call)(void *ctx);
+    void *ctx;
+    void *out[3];     /* outputs, and their sizes in bytes */
+    size_t bytes[3];
+} target;
+
+static void fill_outputs(const target *t) {
+    for (int i = 0; i < 3; i++)
+        if (t->out[i])
+            memset(t->out[i], 0x5A, t->bytes[i]);
+}
+
+static int outputs_untouched(const target *t) {
+    for (int i = 0; i < 3; i++)
+        for (size_t b = 0; t->out[i] && b < t->bytes[i]; b++)
+            if (((const unsigned char *)t->out[i])[b] != 0x5A)
+                return 0;
+    return 1;
+}
+
+static void exercise(const target *t) {
+    fill_outputs(t);
+    const int64_t before = sdpa_alloc_count();
+    const sdpa_status clean = t->call(t->ctx);
+    const int64_t n = sdpa_alloc_count() - before;
+    if (!CHECK(clean == SDPA_OK && n >= 1, "%s (%s): clean call %d, %lld allocations", t->name,
+               sdpa_isa_name(th_isa), clean, (long long)n))
+        return;
+    int bad = 0;
+    for (int64_t k = 1; k <= n; k++) {
+        fill_outputs(t);
+        sdpa_alloc_fail_at(k);
+        const sdpa_status st = t->call(t->ctx);
+        sdpa_alloc_fail_at(0);
+        if (st != SDPA_ERR_OUT_OF_MEMORY || !outputs_untouched(t)) {
+            CHECK(0, "%s (%s): allocation %lld of %lld failing gave %d (%s), outputs %s",
+                  t->name, sdpa_isa_name(th_isa), (long long)k, (long long)n, st,
+                  sdpa_strerror(st), outputs_untouched(t) ? "untouched" : "WRITTEN");
+            bad = 1;
+        }
+    }
+    if (!bad)
+        CHECK(1, "%s", t->name);
+    fill_outputs(t);
+    CHECK(t->call(t->ctx) == SDPA_OK, "%s (%s): a call after the failures", t->name,
+          sdpa_isa_name(th_isa));
+}
+
+/* ---- attention: forward, reference, weights ------------------------------------- */
+
+typedef struct attn_ctx {
+    th_tensors t;
+    float *w;
+    int which; /* 0 forward, 1 reference, 2 weights */
+} attn_ctx;
+
+static sdpa_status attn_call(void *p) {
+    attn_ctx *a = p;
+    th_tensors *t = &a->t;
+    switch (a->which) {
+    case 0: return sdpa_forward(&t->desc, &t->q, &t->k, &t->v, &t->o, t->lse);
+    case 1: return sdpa_reference(&t->desc, &t->q, &t->k, &t->v, &t->o, t->lse);
+    default: return sdpa_attention_weights(&t->desc, &t->q, &t->k, t->lse, a->w);
+    }
+}
+
+static void attention(void) {
+    static const struct {
+        const char *name;
+        th_case c;
+    } cases[] = {
+        {"forward serial", {.B = 1, .Hq = 2, .Hkv = 2, .Tq = 40, .Tkv = 50, .Dk = 16, .Dv = 8}},
+        {"forward threaded", {.B = 2, .Hq = 4, .Hkv = 2, .Tq = 300, .Tkv = 300, .Dk = 64,
+                              .Dv = 64, .causal = 1, .threads = 2}},
+        {"forward split-KV decode", {.B = 1, .Hq = 8, .Hkv = 2, .Tq = 1, .Tkv = 5000, .Dk = 32,
+                                     .Dv = 32, .threads = 2}},
+        {"forward varlen + mask", {.B = 3, .Hq = 2, .Hkv = 1, .Tq = 20, .Tkv = 40, .Dk = 8,
+                                   .Dv = 8, .lens = TH_LENS_VARLEN, .mask = SDPA_MASK_BOOL,
+                                   .mask_hidden = 0.3f, .sinks = 1}},
+    };
+    for (int i = 0; i < N(cases); i++)
+        for (int which = 0; which < 3; which++) {
+            if (which == 2 && i == 2)
+                continue; /* 5000 keys of weights per row: the other cases cover weights */
+            attn_ctx a = {.which = which};
+            th_case c = cases[i].c;
+            c.seed = 70 + (uint64_t)i;
+            th_tensors_make(&a.t, &c);
+            const size_t nw = (size_t)(a.t.VB * c.Hq * a.t.desc.len_q * a.t.desc.len_kv);
+            char name[96];
+            snprintf(name, sizeof name, "%s: %s", cases[i].name,
+                     which == 0 ? "sdpa_forward" : which == 1 ? "sdpa_reference"
+                                                              : "sdpa_attention_weights");
+            target t = {name, attn_call, &a, {0}, {0}};
+            if (which == 2) {
+                /* the weights read an lse: compute it first */
+                sdpa_forward(&a.t.desc, &a.t.q, &a.t.k, &a.t.v, &a.t.o, a.t.lse);
+                a.w = malloc(nw * sizeof(float));
+                t.out[0] = a.w, t.bytes[0] = nw * sizeof(float);
+            } else {
+                t.out[0] = a.t.bufs[3], t.bytes[0] = a.t.elems[3] * (a.t.o.dtype ? 2 : 4);
+                t.out[1] = a.t.lse, t.bytes[1] = a.t.elems[4] * sizeof(float);
+            }
+            exercise(&t);
+            free(a.w);
+            th_tensors_free(&a.t);
+        }
+}
+
+/* ---- sdpa_linear and the layer ------------------------------------------------------ */
+
+typedef struct linear_ctx {
+    sdpa_linear_desc d;
+    const float *x;
+    float *y;
+} linear_ctx;
+
+static sdpa_status linear_call(void *p) {
+    linear_ctx *l = p;
+    return sdpa_linear(&l->d, l->x, l->y);
+}
+
+typedef struct mha_ctx {
+    sdpa_mha_desc d;
+    const float *x;
+    float *y, *w;
+    void *ws;
+} mha_ctx;
+
+static sdpa_status mha_call(void *p) {
+    mha_ctx *m = p;
+    return sdpa_mha_forward(&m->d, m->x, NULL, m->y, m->w, m->ws);
+}
+
+static float *rand_buf(size_t n, uint64_t *rng) {
+    float *a = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        a[i] = th_rand_float(rng);
+    return a;
+}
+
+static void layer(void) {
+    uint64_t rng = 77;
+    for (int big = 0; big < 2; big++) { /* serial, and past the threading cut-off */
+        const int64_t M = big ? 256 : 9, K = big ? 128 : 7, Nf = big ? 192 : 5;
+        linear_ctx l = {{.rows = M, .in_features = K, .out_features = Nf, .num_threads = 2,
+                         .isa = th_isa}, NULL, NULL};
+        float *x = rand_buf((size_t)(M * K), &rng), *w = rand_buf((size_t)(Nf * K), &rng);
+        float *b = rand_buf((size_t)Nf, &rng);
+        l.d.weight = w, l.d.bias = b, l.x = x;
+        l.y = malloc((size_t)(M * Nf) * sizeof(float));
+        target t = {big ? "sdpa_linear threaded" : "sdpa_linear serial", linear_call, &l,
+                    {l.y}, {(size_t)(M * Nf) * sizeof(float)}};
+        exercise(&t);
+        free(x), free(w), free(b), free(l.y);
+    }
+    enum { B = 2, T = 12, DIN = 16, HQ = 4, HKV = 2, DH = 8, DOUT = 10 };
+    float *wq = rand_buf(HQ * DH * DIN, &rng), *wk = rand_buf(HKV * DH * DIN, &rng);
+    float *wv = rand_buf(HKV * DH * DIN, &rng), *wo = rand_buf(DOUT * HQ * DH, &rng);
+    float *x = rand_buf(B * T * DIN, &rng);
+    for (int variant = 0; variant < 3; variant++) {
+        mha_ctx m = {{.batch = B, .len_q = T, .d_in = DIN, .heads_q = HQ, .heads_kv = HKV,
+                      .head_dim = DH, .d_out = DOUT, .wq = {wq, NULL}, .wk = {wk, NULL},
+                      .wv = {wv, NULL}, .wo = {wo, NULL}},
+                     x, NULL, NULL, NULL};
+        m.d.attn.causal = 1;
+        m.d.attn.isa = th_isa;
+        m.y = malloc(B * T * DOUT * sizeof(float));
+        if (variant >= 1) /* with the attention weights as a second output */
+            m.w = malloc(B * HQ * T * T * sizeof(float));
+        if (variant == 2) /* the caller's workspace: only the steps' own scratch allocates */
+            m.ws = aligned_alloc(64, (sdpa_mha_workspace_size(&m.d) + 63) / 64 * 64);
+        static const char *names[] = {"sdpa_mha_forward", "sdpa_mha_forward + weights",
+                                      "sdpa_mha_forward + weights, caller workspace"};
+        target t = {names[variant], mha_call, &m, {m.y, m.w},
+                    {B * T * DOUT * sizeof(float), m.w ? B * HQ * T * T * sizeof(float) : 0}};
+        exercise(&t);
+        free(m.y), free(m.w), free(m.ws);
+    }
+    free(wq), free(wk), free(wv), free(wo), free(x);
+}
+
+void suite_alloc(void) {
+    attention();
+    layer();
+}
