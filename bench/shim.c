@@ -297,12 +297,10 @@ int sb_problem_init(sb_problem *p, const sb_shape *s) {
                 else
                     ((float *)p->mask)[i * s->Tkv + j] = m;
             }
-    for (int64_t h = 0; h < s->Hq; h++) {
-        if (p->slopes) /* the ALiBi paper's geometric slopes for Hq heads */
-            p->slopes[h] = (float)exp2(-8.0 * (double)(h + 1) / (double)s->Hq);
-        if (p->sinks)
-            p->sinks[h] = sb_sink_logit(h);
-    }
+    if (p->slopes) /* the ALiBi paper's slopes for Hq heads */
+        sdpa_alibi_slopes(s->Hq, 8.0f, p->slopes);
+    for (int64_t h = 0; h < s->Hq && p->sinks; h++)
+        p->sinks[h] = sb_sink_logit(h);
     /* Touch the output now, so its first-write page faults are not charged to whichever
      * variant runs first (nor to sdpa-run --mem's measurement). */
     memset(p->o, 0, no * es);

@@ -17,8 +17,13 @@
  *   - scale 0 means 1/sqrt(dim_qk).
  *   - Causal is bottom-right aligned: query row i sees key j iff j <= i + (len_kv - len_q).
  *     For len_q == len_kv this is the usual lower triangle.
- *   - A row with no visible key outputs zeros and lse = -inf (never NaN from masking).
- *     A masked key contributes exactly 0 whatever its score (even NaN or inf).
+ *   - A row with no visible key outputs zeros and lse = -inf (never NaN from masking);
+ *     with sinks on, its lse is the sink logit. A padding row (at or beyond q_lens[b],
+ *     or a row no packed sequence owns) outputs zeros and lse = -inf, sinks or not.
+ *   - A masked key (causal, window, length, boolean 0, additive -inf) contributes exactly
+ *     0 whatever its score or value (even NaN or inf). A score of -inf that comes from
+ *     the data is a weight of 0 but not a mask: its value row still multiplies it, so an
+ *     inf there gives 0 x inf = NaN (as in PyTorch).
  *   - NaN in a visible input propagates as NaN to the rows that see it.
  *   - Results do not depend on the thread count: same inputs, same bits, for any
  *     num_threads (fixed reduction order, fixed work split).
@@ -57,8 +62,9 @@ typedef enum sdpa_status {
     SDPA_ERR_BAD_HEADS = 3,     /* heads_q is not a multiple of heads_kv */
     SDPA_ERR_BAD_STRIDE = 4,    /* a negative stride, a row stride of an output that makes
                                    two output elements share memory */
-    SDPA_ERR_OVERFLOW = 5,      /* an operand's extent in bytes overflows int64/size_t or
-                                   the address space */
+    SDPA_ERR_OVERFLOW = 5,      /* an operand's extent in bytes overflows int64/size_t, or
+                                   the operand reaches past 2^56 (the top of every 64-bit
+                                   user address space: x86-64 with 5-level paging, AArch64) */
     SDPA_ERR_OVERLAP = 6,       /* an output (o or lse) shares memory with an input or with
                                    the other output */
     SDPA_ERR_BAD_DTYPE = 7,     /* an unknown dtype, or one this build does not support */
@@ -211,7 +217,8 @@ typedef struct sdpa_desc {
     int causal;        /* an sdpa_causal value; 0 = none */
     int num_threads;   /* upper bound on threads; 0 = OpenMP's default; >= 0 */
     int isa;           /* an sdpa_isa value forcing this call's kernels; 0 = the
-                          process-wide choice (sdpa_get_isa). Ignored by sdpa_reference. */
+                          process-wide choice (sdpa_get_isa). sdpa_reference runs no
+                          kernels: it accepts any sdpa_isa value, one this CPU lacks too. */
     sdpa_stats *stats; /* optional out: work counters of this call; NULL = none */
 
     /* ---- masks and score modifiers (all off when zero) ---- */
@@ -253,7 +260,8 @@ typedef struct sdpa_desc {
  *   lse [B, Hq,  Tq] contiguous fp32 ([Hq, Tq] under packed varlen), optional (NULL):
  *       natural log of the softmax denominator of each row (sinks included), so the
  *       weight of key j is exp(s_ij - lse_i); -inf for a row with no visible key (the
- *       sink logit when sinks are on: its output is zeros all the same).
+ *       sink logit when sinks are on: its output is zeros all the same) and for a
+ *       padding row (sinks or not).
  * Returns SDPA_OK, or an error status with o and lse untouched. */
 SDPA_API sdpa_status sdpa_forward(const sdpa_desc *desc, const sdpa_tensor *q,
                                   const sdpa_tensor *k, const sdpa_tensor *v,
@@ -261,7 +269,8 @@ SDPA_API sdpa_status sdpa_forward(const sdpa_desc *desc, const sdpa_tensor *q,
 
 /* Naive reference: same signature and semantics as sdpa_forward. Materialises one row of
  * scores at a time and accumulates in double. Slow (it is the oracle and the baseline),
- * single-threaded, O(Tkv) scratch. desc->isa and desc->num_threads are ignored. */
+ * single-threaded, O(Tkv) scratch. desc->num_threads is ignored, and desc->isa too (any
+ * sdpa_isa value is accepted, even one sdpa_forward would refuse as unusable here). */
 SDPA_API sdpa_status sdpa_reference(const sdpa_desc *desc, const sdpa_tensor *q,
                                     const sdpa_tensor *k, const sdpa_tensor *v,
                                     const sdpa_tensor *o, float *lse);
@@ -277,6 +286,19 @@ SDPA_API sdpa_status sdpa_reference(const sdpa_desc *desc, const sdpa_tensor *q,
 SDPA_API sdpa_status sdpa_attention_weights(const sdpa_desc *desc, const sdpa_tensor *q,
                                             const sdpa_tensor *k, const float *lse,
                                             float *weights);
+
+/* The standard ALiBi slopes for `heads` query heads (Press, Smith, Lewis, "Train Short,
+ * Test Long", ICLR 2022, and the rule of its reference code for head counts that are not
+ * a power of two, which llama.cpp's max_bias computes too): with n the largest power of
+ * two <= heads and b = max_bias (0 means the paper's 8),
+ *     slopes[h] = 2^(-b (h + 1) / n)                 for h < n
+ *     slopes[h] = 2^(-b (2 (h - n) + 1) / (2 n))     for n <= h < heads
+ * each rounded to nearest from the exact power of two. For heads = 8: 1/2, 1/4, ...,
+ * 1/256. Pass the result as sdpa_desc.alibi_slopes. Errors: SDPA_ERR_BAD_DIMENSION
+ * (heads outside 1 .. SDPA_MAX_DIM), SDPA_ERR_BAD_ARGUMENT (max_bias negative or not
+ * finite), and slopes as any caller array (NULL, misaligned, extent); slopes untouched
+ * on error. */
+SDPA_API sdpa_status sdpa_alibi_slopes(int64_t heads, float max_bias, float *slopes);
 
 /* ---- linear layers and the multi-head attention layer ----------------------------- */
 

@@ -3,6 +3,8 @@
  *
  * Nothing here computes attention or touches tensor data.
  */
+#include <math.h>
+
 #include "internal.h"
 
 const char *sdpa_strerror(sdpa_status status) {
@@ -62,4 +64,25 @@ sdpa_tensor sdpa_tensor_bthd(const void *data, sdpa_dtype dtype, int64_t heads, 
     t.stride_t = mul_sat(heads, dim);
     t.stride_b = mul_sat(len, t.stride_t);
     return t;
+}
+
+sdpa_status sdpa_alibi_slopes(int64_t heads, float max_bias, float *slopes) {
+    if (heads < 1 || heads > SDPA_MAX_DIM)
+        return SDPA_ERR_BAD_DIMENSION;
+    if (!isfinite(max_bias) || max_bias < 0.0f)
+        return SDPA_ERR_BAD_ARGUMENT;
+    sdpa_span sp;
+    const sdpa_status st = sdpa_check_array(slopes, heads, sizeof(float), &sp);
+    if (st != SDPA_OK)
+        return st;
+    const double b = max_bias == 0.0f ? 8.0 : (double)max_bias;
+    int64_t n = 1; /* the largest power of two <= heads */
+    while (n <= heads / 2)
+        n *= 2;
+    /* exp2 of a double exponent, then one rounding to float: the exponents are exact
+     * (b (h + 1) and n are exact in double up to 2^53) up to the division's rounding */
+    for (int64_t h = 0; h < heads; h++)
+        slopes[h] = (float)(h < n ? exp2(-b * (double)(h + 1) / (double)n)
+                                  : exp2(-b * (double)(2 * (h - n) + 1) / (double)(2 * n)));
+    return SDPA_OK;
 }

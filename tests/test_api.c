@@ -287,6 +287,28 @@ static void test_valid_and_isa(void) {
     free(f);
 }
 
+/* desc.isa names the fused path's kernels; sdpa_reference runs none, so it accepts any
+ * sdpa_isa value, one this build or CPU lacks included, while sdpa_forward refuses that
+ * one. A value outside the enum is refused by both. */
+static void test_reference_isa(void) {
+    for (int i = SDPA_ISA_SCALAR; i < SDPA_ISA_COUNT_; i++) {
+        if (sdpa_isa_supported((sdpa_isa)i))
+            continue;
+        fixture *f = malloc(sizeof *f);
+        fixture_init(f);
+        f->d.isa = i;
+        const sdpa_status sf = sdpa_forward(&f->d, &f->tq, &f->tk, &f->tv, &f->to, f->lse);
+        const sdpa_status sr = sdpa_reference(&f->d, &f->tq, &f->tk, &f->tv, &f->to, f->lse);
+        CHECK(sf == SDPA_ERR_UNSUPPORTED_ISA && sr == SDPA_OK,
+              "isa %s (unusable here): forward %d (want UNSUPPORTED_ISA), reference %d (want OK)",
+              sdpa_isa_name((sdpa_isa)i), sf, sr);
+        f->d.isa = SDPA_ISA_COUNT_;
+        CHECK(sdpa_reference(&f->d, &f->tq, &f->tk, &f->tv, &f->to, f->lse) == SDPA_ERR_BAD_ARGUMENT,
+              "reference with an isa outside the enum");
+        free(f);
+    }
+}
+
 static void test_helpers(void) {
     const char *seen[32];
     int n = 0;
@@ -318,6 +340,62 @@ static void test_helpers(void) {
           (long long)c.stride_t);
     sdpa_tensor big = sdpa_tensor_bhtd(&x, SDPA_F32, (int64_t)1 << 40, (int64_t)1 << 40, 64);
     CHECK(big.stride_b == INT64_MAX, "overflowing helper strides must saturate");
+}
+
+/* The ALiBi paper's reference code (Press et al. 2022, get_slopes), transcribed: for a
+ * power of two n, start = 2^(-2^-(log2(n) - 3)) and slopes start^(i + 1); otherwise
+ * the slopes of the closest power of two c below, then every other slope of 2c, the
+ * first n - c of them. The base 2^-8 becomes 2^-max_bias as llama.cpp generalises it. */
+static void paper_slopes(int n, double max_bias, double *out) {
+    int c = 1;
+    while (c * 2 <= n)
+        c *= 2;
+    const double start = exp2(-max_bias / c); /* 2^(-2^-(log2 c - 3)) when max_bias = 8 */
+    for (int i = 0; i < c; i++)
+        out[i] = pow(start, i + 1);
+    if (c == n)
+        return;
+    double twice[128];
+    paper_slopes(2 * c, max_bias, twice);
+    for (int i = 0; i < n - c; i++)
+        out[c + i] = twice[2 * i];
+}
+
+static void test_alibi_slopes(void) {
+    static const int heads[] = {1, 2, 3, 6, 8, 12, 16, 32, 40, 64};
+    static const float biases[] = {0.0f, 8.0f, 4.0f, 12.5f};
+    for (size_t hi = 0; hi < sizeof heads / sizeof heads[0]; hi++)
+        for (size_t bi = 0; bi < sizeof biases / sizeof biases[0]; bi++) {
+            const int H = heads[hi];
+            float got[64];
+            double want[64];
+            const sdpa_status st = sdpa_alibi_slopes(H, biases[bi], got);
+            paper_slopes(H, biases[bi] == 0.0f ? 8.0 : (double)biases[bi], want);
+            int ok = st == SDPA_OK;
+            for (int h = 0; h < H && ok; h++) /* within an fp32 rounding of the exact value */
+                ok = fabs((double)got[h] - want[h]) <= 0x1p-24 * want[h];
+            CHECK(ok, "sdpa_alibi_slopes(%d, %g): status %d, slopes differ from the paper's rule",
+                  H, (double)biases[bi], st);
+        }
+    /* H = 8 is exactly 1/2 .. 1/256; H = 12 adds 2^-0.5, 2^-1.5, 2^-2.5, 2^-3.5 */
+    float s8[8], s12[12];
+    sdpa_alibi_slopes(8, 0.0f, s8);
+    sdpa_alibi_slopes(12, 8.0f, s12);
+    CHECK(s8[0] == 0.5f && s8[7] == 0x1p-8f && s12[7] == 0x1p-8f &&
+              s12[8] == (float)exp2(-0.5) && s12[11] == (float)exp2(-3.5),
+          "ALiBi slopes for 8 and 12 heads: %g .. %g, %g .. %g", (double)s8[0], (double)s8[7],
+          (double)s12[8], (double)s12[11]);
+    float keep[2] = {7.0f, 7.0f};
+    CHECK(sdpa_alibi_slopes(0, 8.0f, keep) == SDPA_ERR_BAD_DIMENSION &&
+              sdpa_alibi_slopes(2, -1.0f, keep) == SDPA_ERR_BAD_ARGUMENT &&
+              sdpa_alibi_slopes(2, NAN, keep) == SDPA_ERR_BAD_ARGUMENT &&
+              sdpa_alibi_slopes(2, 8.0f, NULL) == SDPA_ERR_NULL_POINTER &&
+              sdpa_alibi_slopes(2, 8.0f, (float *)(void *)((char *)keep + 1)) ==
+                  SDPA_ERR_MISALIGNED &&
+              sdpa_alibi_slopes(2, 8.0f, (float *)(uintptr_t)(((uint64_t)1 << 56) - 4)) ==
+                  SDPA_ERR_OVERFLOW &&
+              keep[0] == 7.0f && keep[1] == 7.0f,
+          "sdpa_alibi_slopes errors");
 }
 
 /* Known answers: the 16-bit conversions (IEEE-754 binary16 / bfloat16 encodings) and
@@ -368,4 +446,6 @@ void suite_api(void) {
     test_validation();
     test_valid_and_isa();
     test_helpers();
+    test_alibi_slopes();
+    test_reference_isa();
 }

@@ -258,6 +258,51 @@ static void infinities(void) {
         }
 }
 
+/* A score of -inf from the data is a weight of exactly 0, not a mask: its key's V row
+ * still enters P V, so an inf in it makes 0 x inf = NaN, as in the reference and in
+ * PyTorch. The same key hidden by a boolean mask contributes nothing. K row 9 is -inf in
+ * every dimension against a positive Q (every score -inf), V row 9 is +inf. */
+static void fill_minus_inf_key(th_tensors *t, const th_case *c, void *ctx) {
+    (void)ctx;
+    for (int64_t i = 0; i < c->Tq; i++)
+        for (int64_t d = 0; d < c->Dk; d++)
+            th_at(&t->q, 0, 0, i)[d] = 0.25f + 0.5f * fabsf(th_at(&t->q, 0, 0, i)[d]);
+    for (int64_t d = 0; d < c->Dk; d++)
+        th_at(&t->k, 0, 0, 9)[d] = -INFINITY;
+    for (int64_t d = 0; d < c->Dv; d++)
+        th_at(&t->v, 0, 0, 9)[d] = INFINITY;
+    if (t->mask) /* hide key 9 from every row */
+        for (int64_t i = 0; i < c->Tq; i++)
+            ((uint8_t *)t->mask)[i * t->desc.mask.stride_q + 9] = 0;
+}
+
+static void minus_inf_score(void) {
+    for (int masked = 0; masked < 2; masked++) {
+        th_case c = {.B = 1, .Hq = 1, .Hkv = 1, .Tq = 30, .Tkv = 70, .Dk = 8, .Dv = 8,
+                     .causal = 1, .seed = seed_of(11, masked, 0)};
+        if (masked) {
+            c.mask = SDPA_MASK_BOOL;
+            c.mask_bcast = TH_BCAST_B | TH_BCAST_H;
+        }
+        th_tensors out;
+        if (!th_run_case_with(&c, masked ? "-inf score, key masked" : "-inf score", fill_minus_inf_key,
+                              NULL, &out))
+            continue;
+        int ok = 1;
+        for (int64_t i = 0; i < c.Tq; i++) {
+            if (masked && i == 3) /* the harness hides all of row 3 */
+                continue;
+            const int sees9 = sees(&c, i, 9);
+            for (int64_t d = 0; d < c.Dv; d++)
+                ok &= !masked && sees9 ? isnan(th_at(&out.o, 0, 0, i)[d])
+                                       : isfinite(th_at(&out.o, 0, 0, i)[d]);
+        }
+        CHECK(ok, "a -inf score with +inf in its V row must give NaN to the rows that see it "
+              "%s", masked ? "only when not masked" : "(0 x inf)");
+        th_tensors_free(&out);
+    }
+}
+
 typedef struct nan_key {
     int64_t head, row; /* K/V head and key row of the NaN */
     int mask_even;     /* a boolean mask hides the key from even rows */
@@ -882,6 +927,7 @@ void suite_extremes(void) {
     scale_tiny();
     scale_huge();
     infinities();
+    minus_inf_score();
     nan_key_row();
     subnormals();
     logits_1e38();

@@ -198,14 +198,18 @@ static void combinations(int count) {
 }
 
 /* Rows that see nothing under every feature give +0 and lse = -inf (or the sink). */
-static int row_is_empty(const th_tensors *t, const th_case *c, int64_t b, int64_t h, int64_t i) {
+static int row_is_zero(const th_tensors *t, const th_case *c, int64_t b, int64_t h, int64_t i) {
     int ok = 1;
     for (int64_t d = 0; d < c->Dv; d++) {
         const float x = th_get(&t->o, b, h, i, d);
         ok &= x == 0.0f && !signbit(x);
     }
+    return ok;
+}
+
+static int row_is_empty(const th_tensors *t, const th_case *c, int64_t b, int64_t h, int64_t i) {
     const float l = t->lse[b * c->Hq * t->desc.len_q + h * t->desc.len_q + i];
-    return ok && (c->sinks ? l == t->sinks[h] : (isinf(l) && l < 0));
+    return row_is_zero(t, c, b, h, i) && (c->sinks ? l == t->sinks[h] : (isinf(l) && l < 0));
 }
 
 static void fully_masked_rows(void) {
@@ -224,6 +228,28 @@ static void fully_masked_rows(void) {
                 for (int64_t i = 0; i < t.qlens[1]; i++)
                     ok &= row_is_empty(&t, &c, 1, h, i);
             CHECK(ok, "padding rows and key-less entries must be +0 with lse -inf");
+            th_tensors_free(&t);
+        }
+    }
+    /* with sinks on: a padding row is not a row, its lse is -inf (not the sink logit);
+     * a real row that sees nothing has the sink logit as its lse, exactly */
+    {
+        th_case c = {.B = 2, .Hq = 3, .Hkv = 1, .Tq = 9, .Tkv = 20, .Dk = 8, .Dv = 8,
+                     .lens = TH_LENS_PADDED, .sinks = 1, .causal = 2, .seed = 15};
+        th_tensors t;
+        if (th_run_case_with(&c, "padding rows with sinks", NULL, NULL, &t)) {
+            int ok = 1;
+            for (int64_t b = 0; b < c.B; b++)
+                for (int64_t h = 0; h < c.Hq; h++)
+                    for (int64_t i = 0; i < c.Tq; i++) {
+                        const float lse = t.lse[(b * c.Hq + h) * c.Tq + i];
+                        if (i >= t.qlens[b])
+                            ok &= lse == -INFINITY && row_is_zero(&t, &c, b, h, i);
+                        else if (t.kvlens[b] == 0) /* entry 1: real rows, no keys */
+                            ok &= lse == t.sinks[h] && row_is_empty(&t, &c, b, h, i);
+                    }
+            CHECK(ok, "with sinks: padding rows must have lse -inf, key-less real rows the "
+                  "sink logit");
             th_tensors_free(&t);
         }
     }

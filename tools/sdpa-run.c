@@ -47,7 +47,7 @@ static void usage(FILE *f) {
             "  --window L,R     sliding window: row i sees keys d(i)-L .. d(i)+R (L, R >= 0),\n"
             "                   d(i) = i + Tkv - Tq (under --top-left: i)\n"
             "  --softcap C      logit soft-capping s = C tanh(s / C), C > 0\n"
-            "  --alibi          ALiBi, slope of head h = 2^(-8 (h + 1) / Hq)\n"
+            "  --alibi          ALiBi, the paper's slopes for Hq heads (sdpa_alibi_slopes)\n"
             "  --sinks          a sink logit per head: (h mod 4) - 1\n"
             "  --kv-lens N[,N]  valid keys per batch entry (<= Tkv): one per entry, or one\n"
             "                   for all\n"
