@@ -42,6 +42,7 @@
 
 #include "../../kernels/convert.h"
 #include "../harness.h"
+#include "../oracle.h"
 
 /* Under AddressSanitizer, malloc's redzones catch an over- or under-read of instrumented
  * code to the byte. The SIMD kernel tables are built without instrumentation (the
@@ -117,14 +118,42 @@ typedef struct fz_case {
 
 /* ---- small helpers ----------------------------------------------------------------- */
 
-/* How the case's buffers are allocated: 0 malloc, else a TH_GUARD_* + 1. */
+/* How the case's buffers are allocated: 0 malloc, else a TH_GUARD_* + 1; or, when
+ * arena is set, carved in order from one region, upwards (each buffer above the last)
+ * or downwards, so the outputs lie above the inputs in one case and below them in
+ * another: validation must answer the same whichever side an output is on (a mask with
+ * a huge stride once crashed with o below it and was refused as an overlap with o
+ * above). Bytes between buffers: a 64-byte gap plus a few more from the seed. */
 static int alloc_mode;
+static struct {
+    char *base;
+    size_t size, up, down; /* region, next offset from the bottom, from the top */
+    int downwards;
+    uint64_t rng;
+} arena;
+
+#define FZ_ARENA_BYTES ((size_t)8 * FZ_MAX_BYTES)
 
 static void *fz_alloc(size_t bytes) {
+    if (arena.base) {
+        const size_t gap = 64 + 8 * (size_t)(th_rand_u64(&arena.rng) % 5);
+        const size_t n = (bytes + 63) / 64 * 64 + gap;
+        if (arena.up + arena.down + n > arena.size)
+            abort(); /* cannot happen: every view is at most FZ_MAX_BYTES */
+        if (!arena.downwards) {
+            char *p = arena.base + arena.up + gap;
+            arena.up += n;
+            return p;
+        }
+        arena.down += n;
+        return arena.base + arena.size - arena.down;
+    }
     return alloc_mode ? th_alloc(bytes, alloc_mode - 1) : malloc(bytes);
 }
 
 static void fz_free(void *p) {
+    if (arena.base)
+        return; /* the region goes at the end of the case */
     if (alloc_mode)
         th_free(p);
     else
@@ -135,13 +164,22 @@ static size_t round8(size_t a) { return (a + 7) & ~(size_t)7; }
 static size_t dt_size(sdpa_dtype t) { return t == SDPA_F32 ? 4 : 2; }
 
 /* Elements a view spans (last offset + 1), or -1 where validation must refuse it: the
- * extent overflows int64 or its bytes pass PTRDIFF_MAX (src/validate.c view_span). */
+ * extent overflows int64, its bytes pass PTRDIFF_MAX or 2^56 (src/validate.c
+ * sdpa_extent: no view may reach past 2^56, so one longer than that is refused
+ * wherever it starts). An extent that ends past 2^56 only from a high start address
+ * (more than 2^56 - 2^48 bytes) is reported as FZ_MAX_BYTES + 1, "too big to allocate":
+ * the callers then fall back to plain strides, so no case depends on where the
+ * allocator put a buffer. */
+#define FZ_ADDRESS_TOP ((__int128)1 << 56)
 static int64_t view_extent(const int64_t n[3], const int64_t s[3], int64_t d, size_t es) {
     __int128 last = d - 1;
     for (int i = 0; i < 3; i++)
         last += (__int128)(n[i] - 1) * s[i];
-    if (last + 1 > (__int128)INT64_MAX || (last + 1) * (__int128)es > (__int128)PTRDIFF_MAX)
+    const __int128 bytes = (last + 1) * (__int128)es;
+    if (last + 1 > (__int128)INT64_MAX || bytes > (__int128)PTRDIFF_MAX || bytes > FZ_ADDRESS_TOP)
         return -1;
+    if (bytes > FZ_ADDRESS_TOP - ((__int128)1 << 48))
+        return FZ_MAX_BYTES + 1;
     return (int64_t)(last + 1);
 }
 
@@ -190,8 +228,9 @@ static void choose_strides(fz_case *c, int op, int *wild) {
     *wild = 1;
     const uint8_t sel = c->h[FZ_WILD_Q + op];
     static const int64_t gaps[4] = {1, 3, 17, 64};
-    /* near the int64 limits, and one (2^40 + 1) that overflows only with the others */
-    static const int64_t huge[4] = {INT64_MAX, (int64_t)1 << 62, ((int64_t)1 << 61) + 7,
+    /* near the int64 limits; past the 2^56 address top once multiplied by two or more
+     * dims or bytes (2^54 + 3), but within int64; and one (2^40 + 1) that fits */
+    static const int64_t huge[4] = {INT64_MAX, (int64_t)1 << 62, ((int64_t)1 << 54) + 3,
                                     ((int64_t)1 << 40) + 1};
     const int64_t nat[3] = {D, T * D, H * T * D};
     int64_t *dst[3] = {&t->stride_t, &t->stride_h, &t->stride_b};
@@ -407,8 +446,13 @@ static void make_mask(fz_case *c, uint64_t *rng) {
     mk.stride_q = br ? 0 : ld;
     mk.stride_h = bh ? 0 : rows * ld;
     mk.stride_b = bb ? 0 : heads * rows * ld;
+    /* a huge stride_b (FZ_MASK_HIDDEN bits 2-3 pick it): overflowing int64 with B > 2,
+     * the independent check's INT64_MAX - 100 and 2^54 + 3 (within int64, past the 2^56
+     * address top: refused), 2^40 + 1 (valid, too big to allocate: plain strides) */
+    static const int64_t huge[4] = {INT64_MAX / 2 + 1, INT64_MAX - 100,
+                                    ((int64_t)1 << 54) + 3, ((int64_t)1 << 40) + 1};
     if ((m & 0x80) && c->B > 1 && !bb)
-        mk.stride_b = INT64_MAX / 2 + 1; /* (B - 1) stride_b overflows: must be refused */
+        mk.stride_b = huge[(c->h[FZ_MASK_HIDDEN] >> 2) & 3];
     int64_t ext = 1;
     if (c->maxq > 0 && c->maxkv > 0) {
         const int64_t n[3] = {c->B, c->Hq, c->maxq}, s[3] = {mk.stride_b, mk.stride_h, mk.stride_q};
@@ -845,6 +889,87 @@ static int compare_values(const fz_case *c, const fz_out *a, const fz_out *r, ch
     return 1;
 }
 
+/* Largest weights matrix (elements) a case checks: 4 MiB of floats. */
+#define FZ_WEIGHTS_MAX ((int64_t)1 << 20)
+
+/* After a successful call: sdpa_attention_weights on the same inputs (with an lse from
+ * a fresh sdpa_forward) against the independent oracle (tests/oracle.h). A key the row
+ * does not see must weigh exactly +0 whatever the data (NaN rows included: the class of
+ * the NaN-weights defect); inside the comparison domain the visible weights, o and lse
+ * must match the oracle's too. The oracle shares no code with the driver or with
+ * sdpa_reference, so a bug in their shared visible-key rule shows here. */
+static int check_weights(fz_case *c, char *why, size_t n) {
+    const int64_t rows = c->VB * c->Hq * c->vTq, nw = rows * c->vTkv;
+    if (nw > FZ_WEIGHTS_MAX)
+        return 1;
+    sdpa_desc d = c->desc;
+    d.stats = NULL;
+    const sdpa_tensor *q = &c->v[OP_Q].t, *k = &c->v[OP_K].t, *v = &c->v[OP_V].t;
+    float *lse = malloc((size_t)rows * sizeof(float)), *w = malloc((size_t)nw * sizeof(float));
+    double *oo = malloc((size_t)(rows * c->Dv) * sizeof(double));
+    double *ol = malloc((size_t)rows * sizeof(double)), *ow = malloc((size_t)nw * sizeof(double));
+    int ok = 1;
+    sdpa_status st = sdpa_forward(&d, q, k, v, &c->v[OP_O].t, lse);
+    if (st == SDPA_OK)
+        st = sdpa_attention_weights(&d, q, k, lse, w);
+    if (st != SDPA_OK) {
+        fail(why, n, "sdpa_attention_weights after a successful call: %d (%s)", st,
+             sdpa_strerror(st));
+        ok = 0;
+    }
+    if (ok && !th_oracle(&d, q, k, v, oo, ol, ow)) {
+        fail(why, n, "the oracle ran out of memory");
+        ok = 0;
+    }
+    for (int64_t e = 0; ok && e < nw; e++) {
+        const int64_t row = e / c->vTkv, j = e % c->vTkv;
+        const int64_t vb = row / (c->Hq * c->vTq), h = row / c->vTq % c->Hq;
+        int64_t b = vb, i = row % c->vTq;
+        if (c->cuq) { /* packed varlen: the sequence that owns view row i */
+            for (b = 0; b < c->B && i >= c->cuq[b + 1]; b++) {
+            }
+            i = b < c->B ? i - c->cuq[b] : 0;
+        }
+        const float r = (float)ow[e];
+        if (!th_oracle_visible(&d, b, h, i, j)) {
+            if (!(w[e] == 0.0f && !signbit(w[e]))) {
+                fail(why, n, "weight[%lld] of a hidden key (row %lld, key %lld) is %g, not 0",
+                     (long long)e, (long long)row, (long long)j, (double)w[e]);
+                ok = 0;
+            }
+        } else if (c->compare && !close_enough(w[e], r, 1e-4)) {
+            fail(why, n, "weight[%lld] (row %lld, key %lld) %.9g, oracle %.9g", (long long)e,
+                 (long long)row, (long long)j, (double)w[e], (double)r);
+            ok = 0;
+        }
+    }
+    /* o and lse of this call against the oracle (the fused path's own rounding of o) */
+    const sdpa_dtype ot = c->v[OP_O].t.dtype;
+    const double tol = 1e-4 + (ot == SDPA_F16 ? 0x1p-10 : ot == SDPA_BF16 ? 0x1p-7 : 0.0);
+    for (int64_t row = 0; ok && c->compare && row < rows; row++) {
+        const int64_t vb = row / (c->Hq * c->vTq), h = row / c->vTq % c->Hq, i = row % c->vTq;
+        if (!close_enough(lse[row], (float)ol[row], 1e-4)) {
+            fail(why, n, "lse[%lld] %.9g, oracle %.9g", (long long)row, (double)lse[row],
+                 ol[row]);
+            ok = 0;
+        }
+        for (int64_t x = 0; ok && x < c->Dv; x++) {
+            const float got = get(c->v[OP_O].t.data, (size_t)o_at(c, vb, h, i, x), ot);
+            if (!close_enough(got, (float)oo[row * c->Dv + x], tol)) {
+                fail(why, n, "o[row %lld, %lld] %.9g, oracle %.9g", (long long)row, (long long)x,
+                     (double)got, oo[row * c->Dv + x]);
+                ok = 0;
+            }
+        }
+    }
+    free(lse);
+    free(w);
+    free(oo);
+    free(ol);
+    free(ow);
+    return ok;
+}
+
 /* Snapshots of every input region, to prove none was written. */
 typedef struct snap {
     const void *p;
@@ -1034,6 +1159,9 @@ static int check(fz_case *c, char *why, size_t n) {
         }
         if (ok && r.st == SDPA_OK && c->compare)
             ok = compare_values(c, &a, &r, why, n);
+        /* the weights (and a second oracle) on cases whose outputs stand alone */
+        if (ok && c->alias == 0 && !c->o_foreign)
+            ok = check_weights(c, why, n);
     }
 
     for (int i = 0; i < nsnap; i++) {
@@ -1068,6 +1196,13 @@ int fz_run(const uint8_t *data, size_t size, sdpa_isa isa, char *msg, size_t msg
 #else
     alloc_mode = guard + 1;
 #endif
+    if (c->h[FZ_ALIAS] & 0x08) { /* one region, buffers upwards or (bit 4) downwards */
+        arena.size = FZ_ARENA_BYTES;
+        arena.base = th_alloc(arena.size, guard);
+        arena.up = arena.down = 0;
+        arena.downwards = (c->h[FZ_ALIAS] >> 4) & 1;
+        arena.rng = c->seed ^ 0xa7e4a;
+    }
 
     decode_shape(c);
     decode_lengths(c);
@@ -1093,5 +1228,9 @@ int fz_run(const uint8_t *data, size_t size, sdpa_isa isa, char *msg, size_t msg
     }
     free_case(c);
     free(c);
+    if (arena.base) { /* after free_case, whose frees are no-ops in an arena */
+        th_free(arena.base);
+        arena.base = NULL;
+    }
     return ok;
 }

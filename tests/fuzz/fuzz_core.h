@@ -44,7 +44,7 @@ enum fz_field {
     FZ_SOFTCAP,
     FZ_MODS,     /* bit 0 ALiBi, bit 1 sinks, bit 2 no lse, bit 3 stats */
     FZ_MASK,     /* bits 0-1 kind, 2-3 dtype, 4-6 broadcast (b, h, rows), 7 huge stride_b */
-    FZ_MASK_HIDDEN,
+    FZ_MASK_HIDDEN, /* bits 0-1 fraction hidden, 2-3 which huge stride_b (FZ_MASK bit 7) */
     FZ_LENS,
     FZ_WINDOW,
     FZ_WL,
@@ -54,8 +54,10 @@ enum fz_field {
     FZ_ISA,
     FZ_DATA,     /* 0-1 uniform [-1, 1), 2 uniform + injections, 3 raw bit patterns */
     FZ_FAULT,    /* < FZ_NFAULTS: one deliberately invalid field */
-    FZ_ALIAS,    /* 6: o inside q's buffer, 7: lse inside o's; bit 7 guard pages (under
-                    AddressSanitizer; always elsewhere), bit 6 before the buffer */
+    FZ_ALIAS,    /* bits 0-2: 6 o inside q's buffer, 7 lse inside o's; bit 3: every buffer
+                    from one region, bit 4: placed downwards (outputs below the inputs);
+                    bit 7 guard pages (under AddressSanitizer; always elsewhere), bit 6
+                    before the buffer */
     FZ_ALIAS_AT,
     FZ_NFIELDS
 };

@@ -96,6 +96,27 @@ static const seed seeds[] = {
     {"guard-before-decode", {{FZ_ALIAS, 0xc0}, {FZ_CLASS, 2}, {FZ_TQ, 2}, {FZ_TKV, 0x30},
                              {FZ_TKV_HI, 0x04}, {FZ_DTYPE, 0x05}, END}, 46, {{0}}, 0},
     {"alias-lse-after-o", {{FZ_ALIAS, 7}, {FZ_ALIAS_AT, 3}, {FZ_TQ, 10}, {FZ_TKV, 20}, END}, 44, {{0}}, 0},
+    /* a boolean mask with stride_b INT64_MAX - 100 and B = 2, outputs below the mask
+     * (arena downwards) and above it: refused with SDPA_ERR_OVERFLOW both ways */
+    {"mask-stride-int64max-o-below", {{FZ_MASK, 0x82}, {FZ_MASK_HIDDEN, 0x04}, {FZ_B, 1},
+                                      {FZ_ALIAS, 0x18}, {FZ_TQ, 6}, {FZ_TKV, 9}, END}, 47, {{0}}, 0},
+    {"mask-stride-int64max-o-above", {{FZ_MASK, 0x82}, {FZ_MASK_HIDDEN, 0x04}, {FZ_B, 1},
+                                      {FZ_ALIAS, 0x08}, {FZ_TQ, 6}, {FZ_TKV, 9}, END}, 48, {{0}}, 0},
+    {"mask-stride-2e54-additive", {{FZ_MASK, 0x81}, {FZ_MASK_HIDDEN, 0x09}, {FZ_B, 1},
+                                   {FZ_TQ, 6}, {FZ_TKV, 9}, END}, 49, {{0}}, 0},
+    {"wild-stride-2e54-q", {{FZ_LAYOUT, ALL(3)}, {FZ_WILD_Q, 0xb5}, {FZ_WILD_K, 0x15},
+                            {FZ_WILD_V, 0x15}, {FZ_WILD_O, 0x15}, {FZ_B, 1}, {FZ_TQ, 3},
+                            {FZ_TKV, 4}, END}, 50, {{0}}, 0},
+    /* every buffer in one region, upwards and downwards, with a mask, lengths and sinks */
+    {"arena-up", {{FZ_ALIAS, 0x08}, {FZ_MASK, 0x02}, {FZ_MASK_HIDDEN, 1}, {FZ_LENS, 1},
+                  {FZ_B, 1}, {FZ_MODS, 2}, {FZ_TQ, 12}, {FZ_TKV, 40}, {FZ_CAUSAL, 1}, END}, 51, {{0}}, 0},
+    {"arena-down-varlen", {{FZ_ALIAS, 0x18}, {FZ_MASK, 0x01}, {FZ_MASK_HIDDEN, 1}, {FZ_LENS, 4},
+                           {FZ_B, 1}, {FZ_TQ, 12}, {FZ_TKV, 40}, {FZ_CAUSAL, 2}, END}, 52, {{0}}, 0},
+    /* a NaN key row under a window and a mask: its rows' lse is NaN, their hidden keys'
+     * weights must still be 0 */
+    {"weights-nan-key-window", {{FZ_DATA, 2}, {FZ_WINDOW, 2}, {FZ_WL, 4}, {FZ_WR, 1},
+                                {FZ_MASK, 0x02}, {FZ_MASK_HIDDEN, 1}, {FZ_CLASS, 1}, {FZ_TQ, 40},
+                                {FZ_TKV, 70}, END}, 53, {{1, 200, 0, 0}}, 1},
 };
 
 static void write_input(const char *dir, const char *name, const uint8_t *h, uint64_t data_seed,
