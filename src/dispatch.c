@@ -1,6 +1,14 @@
 /*
- * dispatch.c - which kernel table runs: CPU feature detection, the SDPA_ISA override and
- * the process-wide choice, made once.
+ * dispatch.c - the ISA registry and which kernel table runs: one row per instruction set
+ * (its name, its table, the table it starts from, whether this CPU runs it), CPU feature
+ * detection, the SDPA_ISA override and the process-wide choice, made once.
+ *
+ * The registry is the one list every part of the project reads (the driver, the tests,
+ * the bench, sdpa-run, sdpa-cpuinfo). Adding an ISA is a row below, its kernels/<isa>/
+ * file, its Makefile flags and its sdpa_isa value. A row's table may be partial: it
+ * starts from its base row's composed table and overrides the entries it sets (BLIS's
+ * context pattern), so an ISA can land kernel by kernel; the composed tables are checked
+ * for missing entries once, at first use, and an incomplete one is not usable.
  *
  * Detection asks the CPU (CPUID) and the OS (XGETBV: is the register state saved on a
  * context switch?) on x86; a CPU that has AVX-512 under an OS that does not enable ZMM
@@ -24,42 +32,14 @@
 #include <sys/auxv.h>
 #endif
 
-static const char *const isa_names[SDPA_ISA_COUNT_] = {
-    [SDPA_ISA_AUTO] = "auto",     [SDPA_ISA_SCALAR] = "scalar", [SDPA_ISA_AVX2] = "avx2",
-    [SDPA_ISA_AVX512] = "avx512", [SDPA_ISA_NEON] = "neon",
-};
-
 const char *sdpa_isa_name(sdpa_isa isa) {
-    if ((int)isa < 0 || isa >= SDPA_ISA_COUNT_)
-        return "unknown";
-    return isa_names[isa];
-}
-
-const sdpa_kernels *sdpa_dispatch_compiled(sdpa_isa isa) {
-    switch (isa) {
-    case SDPA_ISA_SCALAR:
-        return &sdpa_kernels_scalar;
-#ifdef SDPA_BUILD_AVX2
-    case SDPA_ISA_AVX2:
-        return &sdpa_kernels_avx2;
-#endif
-#ifdef SDPA_BUILD_AVX512
-    case SDPA_ISA_AVX512:
-        return &sdpa_kernels_avx512;
-#endif
-#ifdef SDPA_BUILD_NEON
-    case SDPA_ISA_NEON:
-        return &sdpa_kernels_neon;
-#endif
-    default:
-        return NULL;
-    }
+    if (isa == SDPA_ISA_AUTO)
+        return "auto";
+    const sdpa_isa_info *r = sdpa_isa_lookup(isa);
+    return r ? r->name : "unknown";
 }
 
 /* ---- CPU detection ------------------------------------------------------------- */
-
-/* usable[isa]: compiled in and runnable on this CPU under this OS. */
-static int usable[SDPA_ISA_COUNT_];
 
 #if defined(__x86_64__) || defined(__i386__)
 static uint64_t xgetbv0(void) {
@@ -123,16 +103,24 @@ void sdpa_cpu_x86(sdpa_x86_cpu *f) {
 #endif
 }
 
+/* ---- what each row needs ---------------------------------------------------------- */
+
+static int usable_always(void) { return 1; }
+
 #if defined(__x86_64__) || defined(__i386__)
 /* The tables' -m flags (Makefile ISAFLAGS_*) decide what each needs: AVX2 + FMA + F16C
  * with YMM state for avx2; AVX512F/DQ/BW/VL with ZMM state, and all of avx2's, for
  * avx512. */
-static void detect_x86(void) {
+static int usable_avx2(void) {
     sdpa_x86_cpu f;
     sdpa_cpu_x86(&f);
-    usable[SDPA_ISA_AVX2] = f.os_ymm && f.avx && f.avx2 && f.fma && f.f16c;
-    usable[SDPA_ISA_AVX512] = f.os_zmm && f.avx512f && f.avx512dq && f.avx512bw &&
-                              f.avx512vl && usable[SDPA_ISA_AVX2];
+    return f.os_ymm && f.avx && f.avx2 && f.fma && f.f16c;
+}
+
+static int usable_avx512(void) {
+    sdpa_x86_cpu f;
+    sdpa_cpu_x86(&f);
+    return f.os_zmm && f.avx512f && f.avx512dq && f.avx512bw && f.avx512vl && usable_avx2();
 }
 #endif
 
@@ -146,7 +134,7 @@ static struct {
     int asimd, fphp, asimdhp, asimddp, sve, sve2, i8mm, bf16;
 } arm_hw;
 
-static void detect_aarch64(void) {
+static int usable_neon(void) {
 #if defined(__linux__)
     /* Bit positions from Linux <asm/hwcap.h> (arch/arm64/include/uapi/asm/hwcap.h),
      * spelled out so an older libc's <sys/auxv.h> without the newer names still builds. */
@@ -164,9 +152,130 @@ static void detect_aarch64(void) {
      * OS of this kind runs on; the optional features stay off. */
     arm_hw.asimd = 1;
 #endif
-    usable[SDPA_ISA_NEON] = arm_hw.asimd;
+    return arm_hw.asimd;
 }
 #endif
+
+/* ---- the registry ------------------------------------------------------------------- */
+
+/* The tables this build has (the Makefile defines SDPA_BUILD_<ISA> for each kernels/<isa>
+ * directory it compiles). */
+#ifdef SDPA_BUILD_AVX2
+#define TABLE_AVX2 &sdpa_kernels_avx2
+#else
+#define TABLE_AVX2 NULL
+#endif
+#ifdef SDPA_BUILD_AVX512
+#define TABLE_AVX512 &sdpa_kernels_avx512
+#else
+#define TABLE_AVX512 NULL
+#endif
+#ifdef SDPA_BUILD_NEON
+#define TABLE_NEON &sdpa_kernels_neon
+#else
+#define TABLE_NEON NULL
+#endif
+
+typedef struct row {
+    sdpa_isa isa;
+    const char *name;
+    sdpa_isa base;               /* the row whose composed table this one starts from */
+    const sdpa_kernels *table;   /* its own entries; NULL when not built in */
+    int (*usable)(void);         /* the CPU and OS run it (called once) */
+} row;
+
+/* In order of preference: the automatic choice is the first usable row. A base row comes
+ * after the rows built on it. */
+static const row rows[] = {
+#if defined(__x86_64__) || defined(__i386__)
+    {SDPA_ISA_AVX512, "avx512", SDPA_ISA_SCALAR, TABLE_AVX512, usable_avx512},
+    {SDPA_ISA_AVX2, "avx2", SDPA_ISA_SCALAR, TABLE_AVX2, usable_avx2},
+#endif
+#if defined(__aarch64__)
+    {SDPA_ISA_NEON, "neon", SDPA_ISA_SCALAR, TABLE_NEON, usable_neon},
+#endif
+    {SDPA_ISA_SCALAR, "scalar", SDPA_ISA_AUTO, &sdpa_kernels_scalar, usable_always},
+};
+enum { NROWS = sizeof rows / sizeof rows[0] };
+
+/* Every ISA value names a row on some target; rows of other targets are listed as not
+ * built, so names and lookups work everywhere. */
+static const row foreign[] = {
+    {SDPA_ISA_AVX2, "avx2", SDPA_ISA_SCALAR, NULL, NULL},
+    {SDPA_ISA_AVX512, "avx512", SDPA_ISA_SCALAR, NULL, NULL},
+    {SDPA_ISA_NEON, "neon", SDPA_ISA_SCALAR, NULL, NULL},
+};
+
+static sdpa_kernels composed[SDPA_ISA_COUNT_];
+static sdpa_isa_info infos[SDPA_ISA_COUNT_];
+static int ninfos;
+
+/* dst = base with every entry src sets overriding it. */
+static void overlay(sdpa_kernels *dst, const sdpa_kernels *src) {
+    if (src->br)
+        dst->br = src->br;
+    if (src->bc)
+        dst->bc = src->bc;
+    if (src->kp_align)
+        dst->kp_align = src->kp_align;
+#define TAKE(f)          \
+    if (src->f)          \
+        dst->f = src->f;
+    TAKE(pack_k)
+    TAKE(qk)
+    TAKE(qk_rows)
+    TAKE(softmax)
+    TAKE(pv)
+    TAKE(vexp)
+#undef TAKE
+}
+
+/* A composed table is complete when every entry is set; pack_k and qk come from the same
+ * row (Kp's layout is private to the table that packs it). */
+static int complete(const sdpa_kernels *k, const sdpa_kernels *own) {
+    _Static_assert(SDPA_KERNELS_NFUNCS == 6, "complete() must check every entry");
+    const int pair = own == NULL || (own->pack_k == NULL) == (own->qk == NULL);
+    return k->br > 0 && k->bc > 0 && k->kp_align > 0 && k->pack_k && k->qk && k->qk_rows &&
+           k->softmax && k->pv && k->vexp && pair;
+}
+
+static void build_registry(void) {
+    int have[SDPA_ISA_COUNT_] = {0};
+    /* compose bottom up: rows are listed with their bases after them */
+    for (int i = NROWS - 1; i >= 0; i--) {
+        const row *r = &rows[i];
+        if (!r->table)
+            continue;
+        sdpa_kernels k = {0};
+        if (r->base != SDPA_ISA_AUTO) {
+            if (!have[r->base])
+                continue; /* its base is not built: neither is it */
+            k = composed[r->base];
+        }
+        overlay(&k, r->table);
+        k.isa = r->isa;
+        k.name = r->name;
+        if (!complete(&k, r->table)) {
+            fprintf(stderr, "libsdpa: the %s kernel table is incomplete; it will not be used\n",
+                    r->name);
+            continue;
+        }
+        composed[r->isa] = k;
+        have[r->isa] = 1;
+    }
+    for (int i = 0; i < NROWS; i++) {
+        const row *r = &rows[i];
+        infos[ninfos++] = (sdpa_isa_info){r->isa, r->name, have[r->isa] ? &composed[r->isa] : NULL,
+                                          have[r->isa] && r->usable()};
+    }
+    for (size_t i = 0; i < sizeof foreign / sizeof foreign[0]; i++) {
+        int listed = 0;
+        for (int j = 0; j < ninfos; j++)
+            listed |= infos[j].isa == foreign[i].isa;
+        if (!listed)
+            infos[ninfos++] = (sdpa_isa_info){foreign[i].isa, foreign[i].name, NULL, 0};
+    }
+}
 
 /* ---- the process-wide choice --------------------------------------------------- */
 
@@ -177,23 +286,23 @@ static sdpa_isa initial_isa = SDPA_ISA_AUTO;
 /* What sdpa_set_isa forced; SDPA_ISA_AUTO = use initial_isa. */
 static _Atomic int forced_isa = SDPA_ISA_AUTO;
 
-static void init(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    detect_x86();
-#endif
-#if defined(__aarch64__)
-    detect_aarch64();
-#endif
-    usable[SDPA_ISA_SCALAR] = 1;
-    for (int i = SDPA_ISA_SCALAR; i < SDPA_ISA_COUNT_; i++)
-        if (!sdpa_dispatch_compiled((sdpa_isa)i))
-            usable[i] = 0;
+/* The row of isa among the built registry (init's own lookups: no ensure_init). */
+static const sdpa_isa_info *find(sdpa_isa isa) {
+    for (int i = 0; i < ninfos; i++)
+        if (infos[i].isa == isa)
+            return &infos[i];
+    return NULL;
+}
 
+static void init(void) {
+#if defined(__aarch64__)
+    (void)usable_always;
+#endif
+    build_registry();
     sdpa_isa best = SDPA_ISA_SCALAR;
-    static const sdpa_isa preference[] = {SDPA_ISA_AVX512, SDPA_ISA_AVX2, SDPA_ISA_NEON};
-    for (size_t i = 0; i < sizeof preference / sizeof preference[0]; i++)
-        if (usable[preference[i]]) {
-            best = preference[i];
+    for (int i = 0; i < ninfos; i++)
+        if (infos[i].usable) {
+            best = infos[i].isa;
             break;
         }
     initial_isa = best;
@@ -201,19 +310,21 @@ static void init(void) {
     const char *env = getenv("SDPA_ISA");
     if (env && *env) {
         sdpa_isa want = SDPA_ISA_COUNT_;
-        for (int i = SDPA_ISA_AUTO; i < SDPA_ISA_COUNT_; i++)
-            if (strcmp(env, isa_names[i]) == 0)
-                want = (sdpa_isa)i;
+        if (strcmp(env, "auto") == 0)
+            want = SDPA_ISA_AUTO;
+        for (int i = 0; i < ninfos; i++)
+            if (strcmp(env, infos[i].name) == 0)
+                want = infos[i].isa;
         if (want == SDPA_ISA_AUTO) {
             initial_isa = best;
-        } else if (want == SDPA_ISA_COUNT_ || !usable[want]) {
+        } else if (want == SDPA_ISA_COUNT_ || !find(want)->usable) {
             fprintf(stderr,
                     "libsdpa: SDPA_ISA=%s is %s; every sdpa_forward call will fail with "
                     "SDPA_ERR_UNSUPPORTED_ISA. Usable here:",
                     env, want == SDPA_ISA_COUNT_ ? "not an ISA name" : "not usable on this CPU/build");
-            for (int i = SDPA_ISA_SCALAR; i < SDPA_ISA_COUNT_; i++)
-                if (usable[i])
-                    fprintf(stderr, " %s", isa_names[i]);
+            for (int i = 0; i < ninfos; i++)
+                if (infos[i].usable)
+                    fprintf(stderr, " %s", infos[i].name);
             fprintf(stderr, "\n");
             initial_isa = SDPA_ISA_AUTO;
         } else {
@@ -223,10 +334,10 @@ static void init(void) {
     const char *verbose = getenv("SDPA_VERBOSE");
     if (verbose && strcmp(verbose, "1") == 0) {
         fprintf(stderr, "libsdpa %s: isa %s (usable:", SDPA_VERSION_STRING,
-                initial_isa == SDPA_ISA_AUTO ? "none" : isa_names[initial_isa]);
-        for (int i = SDPA_ISA_SCALAR; i < SDPA_ISA_COUNT_; i++)
-            if (usable[i])
-                fprintf(stderr, " %s", isa_names[i]);
+                initial_isa == SDPA_ISA_AUTO ? "none" : find(initial_isa)->name);
+        for (int i = 0; i < ninfos; i++)
+            if (infos[i].usable)
+                fprintf(stderr, " %s", infos[i].name);
 #if defined(__aarch64__)
         fprintf(stderr, "; hwcap:%s%s%s%s%s%s%s%s", arm_hw.asimd ? " asimd" : "",
                 arm_hw.fphp ? " fphp" : "", arm_hw.asimdhp ? " asimdhp" : "",
@@ -240,11 +351,20 @@ static void init(void) {
 
 static void ensure_init(void) { pthread_once(&once, init); }
 
-int sdpa_isa_supported(sdpa_isa isa) {
+const sdpa_isa_info *sdpa_isa_registry(int *n) {
     ensure_init();
-    if ((int)isa <= SDPA_ISA_AUTO || isa >= SDPA_ISA_COUNT_)
-        return 0;
-    return usable[isa];
+    *n = ninfos;
+    return infos;
+}
+
+const sdpa_isa_info *sdpa_isa_lookup(sdpa_isa isa) {
+    ensure_init();
+    return find(isa);
+}
+
+int sdpa_isa_supported(sdpa_isa isa) {
+    const sdpa_isa_info *r = sdpa_isa_lookup(isa);
+    return r && r->usable;
 }
 
 sdpa_isa sdpa_get_isa(void) {
@@ -269,7 +389,6 @@ const sdpa_kernels *sdpa_dispatch_table(sdpa_isa isa) {
     ensure_init();
     if (isa == SDPA_ISA_AUTO)
         isa = sdpa_get_isa();
-    if (isa == SDPA_ISA_AUTO || !sdpa_isa_supported(isa))
-        return NULL;
-    return sdpa_dispatch_compiled(isa);
+    const sdpa_isa_info *r = sdpa_isa_lookup(isa);
+    return r && r->usable ? r->kernels : NULL;
 }

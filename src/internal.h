@@ -154,9 +154,22 @@ static inline void sdpa_row_range(const sdpa_problem *p, const sdpa_seq *s, int6
  * NULL when that ISA is not usable (the status to report is SDPA_ERR_UNSUPPORTED_ISA). */
 const sdpa_kernels *sdpa_dispatch_table(sdpa_isa isa);
 
-/* The table of an ISA compiled into this build, usable on this CPU or not; NULL if not
- * compiled in. Tests use it to compare tables tile by tile. */
-const sdpa_kernels *sdpa_dispatch_compiled(sdpa_isa isa);
+/* One row of the ISA registry (dispatch.c). */
+typedef struct sdpa_isa_info {
+    sdpa_isa isa;
+    const char *name;             /* sdpa_isa_name(isa) */
+    const sdpa_kernels *kernels;  /* its composed table; NULL when not built in (or
+                                     incomplete) */
+    int usable;                   /* built in and runnable on this CPU and OS */
+} sdpa_isa_info;
+
+/* Every ISA the library knows, in order of preference (the automatic choice is the first
+ * usable one), those built for other targets last; *n gets the count. */
+const sdpa_isa_info *sdpa_isa_registry(int *n);
+
+/* The registry row of an ISA, or NULL for a value that names none (SDPA_ISA_AUTO). Tests
+ * compare tables tile by tile through its kernels, usable here or not. */
+const sdpa_isa_info *sdpa_isa_lookup(sdpa_isa isa);
 
 /* The raw x86 feature bits CPUID and XGETBV report, as dispatch.c reads them to decide
  * which tables are usable; tools/sdpa-cpuinfo prints them. All zero on other targets. */

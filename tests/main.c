@@ -75,7 +75,7 @@ int main(int argc, char **argv) {
     for (int i = SDPA_ISA_SCALAR; i < SDPA_ISA_COUNT_; i++) {
         const sdpa_isa isa = (sdpa_isa)i;
         const char *why = NULL;
-        if (!sdpa_dispatch_compiled(isa))
+        if (!sdpa_isa_lookup(isa) || !sdpa_isa_lookup(isa)->kernels)
             why = "not built for this target";
         else if (!sdpa_isa_supported(isa))
             why = "built, but this CPU/OS cannot run it";

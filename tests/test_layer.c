@@ -70,7 +70,7 @@ static void check_linear(int64_t M, int64_t Nf, int64_t K, int bias, int pad, in
 }
 
 static void test_linear(void) {
-    const sdpa_kernels *kt = sdpa_dispatch_compiled(th_isa);
+    const sdpa_kernels *kt = sdpa_isa_lookup(th_isa)->kernels;
     const int64_t Ms[] = {1, 5, kt->br, kt->br + 1, 100};
     const int64_t Ns[] = {1, 3, kt->bc - 1, kt->bc, kt->bc + 1, 130};
     const int64_t Ks[] = {1, 7, 255, 256, 257, 600};

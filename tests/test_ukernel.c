@@ -577,7 +577,7 @@ static void test_vexp(void) {
 }
 
 void suite_ukernel(void) {
-    kt = sdpa_dispatch_compiled(th_isa);
+    kt = sdpa_isa_lookup(th_isa)->kernels;
     if (!CHECK(kt != NULL && kt->isa == th_isa, "no table for %s", sdpa_isa_name(th_isa)))
         return;
     rng = 0x5eed0000u + (uint64_t)th_isa;

@@ -62,7 +62,7 @@ int main(int argc, char **argv) {
     printf("kernel tables\n");
     for (int i = SDPA_ISA_SCALAR; i < SDPA_ISA_COUNT_; i++) {
         const sdpa_isa isa = (sdpa_isa)i;
-        const sdpa_kernels *kt = sdpa_dispatch_compiled(isa);
+        const sdpa_kernels *kt = sdpa_isa_lookup(isa) ? sdpa_isa_lookup(isa)->kernels : NULL;
         if (!kt)
             printf("  %-8s not built for this target\n", sdpa_isa_name(isa));
         else if (!sdpa_isa_supported(isa))
