@@ -176,6 +176,8 @@ typedef struct sdpa_stats {
     int64_t blocks_computed;  /* tiles computed (QK^T, softmax, PV) */
     int64_t blocks_skipped;   /* tiles skipped without touching memory (causal) */
     int64_t blocks_masked;    /* computed tiles that needed element masking */
+    int64_t scratch_bytes;    /* heap memory the call allocated (per-thread tiles and
+                                 split-KV partials; O(threads x tile), never O(Tq x Tkv)) */
 } sdpa_stats;
 
 /* What to compute. The all-zero value of every option is the plain default (non-causal,

@@ -175,7 +175,9 @@ sdpa_status sdpa_reference(const sdpa_desc *desc, const sdpa_tensor *q, const sd
     sdpa_free(keep);
     sdpa_free(acc);
     if (desc->stats) {
-        const sdpa_stats none = {.isa = SDPA_ISA_AUTO, .threads = 1};
+        const sdpa_stats none = {.isa = SDPA_ISA_AUTO, .threads = 1,
+                                 .scratch_bytes = (int64_t)((size_t)p.Tkv * (sizeof(double) + 1) +
+                                                            (size_t)p.Dv * sizeof(double))};
         *desc->stats = none;
     }
     return SDPA_OK;

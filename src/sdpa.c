@@ -1009,6 +1009,9 @@ sdpa_status sdpa_forward_with(const sdpa_kernels *kt, const sdpa_problem *p,
         stats->blocks_computed = tot.computed;
         stats->blocks_skipped = tot.total - tot.computed;
         stats->blocks_masked = tot.masked;
+        stats->scratch_bytes =
+            (int64_t)(pl.scratch_bytes * (size_t)nt +
+                      (pl.chunk ? (size_t)pl.units * partial_floats(&pl) * sizeof(float) : 0));
     }
     return SDPA_OK;
 }
