@@ -1,0 +1,145 @@
+/*
+ * driver.h - what the parts of the fused driver share: the plan of a call (plan.c), one
+ * work item's rows, a worker's scratch, and the functions each part provides to the
+ * others (the tile loop in tile.c, masks and score modifiers in mask.c, finalisation and
+ * merging in finalize.c, the entry points and the OpenMP team in sdpa.c).
+ *
+ * Internal to src/; the algorithm is written out in plan.c (the plan and its units) and
+ * tile.c (the FlashAttention-2 loop of one unit).
+ */
+#ifndef SDPA_DRIVER_H
+#define SDPA_DRIVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "internal.h"
+
+static inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static inline size_t round_up(size_t a, size_t b) { return (a + b - 1) / b * b; }
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* What a plan computes: attention (outputs o and lse), or the attention weights of the
+ * forward pass (sdpa_attention_weights: the same tile loop, writing exp(s - lse)). */
+enum { PLAN_FORWARD = 0, PLAN_WEIGHTS = 1 };
+
+/* Work counters of one unit (sdpa_stats): key blocks computed, computed with element
+ * masking, and in all (counted once per item, by its first chunk). */
+typedef struct counters {
+    int64_t computed, masked, total;
+} counters;
+
+/* The plan of one call: the validated problem, the kernel table, how rows are grouped
+ * into items and items into units, the scratch a worker needs, and the split-KV
+ * partials. It depends on the problem's shape only, never on the thread count. */
+struct sdpa_plan {
+    const sdpa_kernels *kt;
+    sdpa_problem p;
+    int mode;             /* PLAN_FORWARD or PLAN_WEIGHTS */
+    float *weights;       /* PLAN_WEIGHTS: the output */
+    int br, bc;
+    int grouped;          /* rows are (query row, head of the group) pairs */
+    int64_t rows_per_bh;  /* rows of one (b, hk) when grouped, of one (b, h) when not */
+    int64_t items_per_bh; /* ceil(rows_per_bh / Br) */
+    int64_t nbh;          /* B * Hkv (grouped) or B * Hq */
+    int64_t items;
+    int mrows;            /* most rows an item has: min(Br, rows_per_bh) */
+    int64_t chunk;        /* split-KV chunk in keys; 0 = no split */
+    int64_t nchunks;      /* chunks per item when split, else 1 */
+    int64_t units;        /* items * nchunks */
+    int64_t finish_units; /* merges (items, when split) + orphan rows (1, under packed
+                             varlen with rows no sequence owns) */
+    int ldq, lds, ldo;
+    int k_in_place;       /* QK^T by qk_rows on K in place, not pack_k + qk */
+    size_t scratch_bytes; /* per worker */
+    float *part;          /* split-KV partials: units x partial_floats, or NULL */
+    counters *counts;     /* per unit, or NULL: not counted */
+};
+typedef struct sdpa_plan plan;
+
+/* One item's rows: the (b, hk) it belongs to, and per row (in the worker's scratch) its
+ * head, its row within the sequence and its key range; rows at and beyond Tq_b are
+ * padding. */
+typedef struct rows {
+    int64_t b, hk;
+    sdpa_seq seq;
+    int m;            /* rows of the item (real or padding) */
+    int mvalid;       /* real rows: a prefix, since the row index i never decreases with r */
+    int64_t ulo, uhi; /* union of the real rows' key ranges; ulo >= uhi when empty */
+    int64_t ilo, ihi; /* intersection (the keys every real row sees structurally) */
+} rows;
+
+/* A worker's scratch, carved from its buffer: every array on a 64-byte line, every
+ * leading dimension a multiple of 16 floats (kernels/ukernel.h). */
+typedef struct scratch {
+    float *q, *kp, *s, *o;
+    float *m, *l, *alpha, *tmp;
+    float *wts;            /* nchunks floats: the merge's weights */
+    int64_t *h, *i, *lo, *hi;
+    unsigned char *hidden; /* Br x Bc: key hidden from the row, in a masked block */
+} scratch;
+
+/* ---- plan.c ---- */
+
+/* The plan of problem p on table kt (mode PLAN_WEIGHTS: never split, writes weights),
+ * without allocating. */
+void plan_init(plan *pl, const sdpa_kernels *kt, const sdpa_problem *p, int mode,
+               float *weights);
+/* Allocate the per-unit counters and the split-KV partials (SDPA_ERR_OUT_OF_MEMORY with
+ * nothing held, or SDPA_OK); plan_release frees them. A plan without counters (weights)
+ * runs too, counting nothing. */
+sdpa_status plan_alloc(plan *pl);
+void plan_release(plan *pl);
+/* Carve a worker's buffer (pl->scratch_bytes, 64-byte aligned) into w. */
+void plan_scratch(const plan *pl, void *buf, scratch *w);
+/* The rows of item t, written into w's row arrays. */
+void item_rows(const plan *pl, const scratch *w, int64_t t, rows *it);
+/* Floats of one split-KV partial: m and l of every row, then the O rows. */
+size_t partial_floats(const plan *pl);
+/* Run phase-1 unit u / finishing unit f with worker scratch w (any order within a
+ * phase, any thread; every unit of phase 1 before any finishing unit). */
+void plan_run_unit(const plan *pl, int64_t u, const scratch *w);
+void plan_finish_unit(const plan *pl, int64_t f, const scratch *w);
+
+/* ---- tile.c ---- */
+
+/* Gather the item's Q rows into fp32 scratch (real rows only). */
+void gather_q(const plan *pl, const rows *it, const scratch *w);
+/* Keys [ja, jb) of item it: in PLAN_FORWARD mode leaves m, l, O of its real rows in w;
+ * in PLAN_WEIGHTS mode writes the rows' weights of those keys. */
+void run_keys(const plan *pl, const rows *it, const scratch *w, int64_t ja, int64_t jb,
+              counters *c);
+
+/* ---- mask.c ---- */
+
+/* What prepare_block found in a block: keys outside some row's range (so P V must skip
+ * them per row), keys an explicit mask hides inside the ranges. */
+enum { MASKED_RANGE = 1, MASKED_EXPLICIT = 2 };
+
+/* 1 if an explicit mask hides every key of [j0, j0 + n) from every real row. */
+int block_fully_hidden(const plan *pl, const rows *it, const scratch *w, int64_t j0, int n);
+/* Row r's structurally visible keys within the block [j0, j0 + n), as [*a, *e). */
+void row_cut(const rows *it, const scratch *w, int r, int64_t j0, int n, int *a, int *e);
+/* Apply the score modifiers and masks to rows [ra, rb) of one block of scores and fill
+ * w->hidden for them. Returns the MASKED_* bits of what it set to -inf (0: nothing). */
+int prepare_block(const plan *pl, const rows *it, const scratch *w, int ra, int rb, int64_t j0,
+                  int n);
+/* Dropout on rows [ra, rb) of one block of probabilities. */
+void dropout_block(const plan *pl, const rows *it, const scratch *w, int ra, int rb, int64_t j0,
+                   int n);
+/* O rows [ra, rb) += P V for one block of n keys at v, exact for the masking
+ * prepare_block reported (masked): a hidden key's V never enters a result. */
+void pv_block(const plan *pl, const rows *it, const scratch *w, int ra, int rb, int64_t j0,
+              int n, const char *v, int masked);
+
+/* ---- finalize.c ---- */
+
+/* Finalise the real rows of an item whose single partial is in w, and its padding rows. */
+void finalize_item(const plan *pl, const rows *it, const scratch *w);
+/* Merge item t's split-KV partials into its output rows. */
+void merge_item(const plan *pl, const scratch *w, int64_t t);
+/* Under packed varlen, the view rows no sequence owns: zeros and lse -inf. */
+void write_orphan_rows(const plan *pl);
+
+#endif /* SDPA_DRIVER_H */

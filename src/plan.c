@@ -1,0 +1,245 @@
+/*
+ * plan.c - the plan of a fused call: how query rows group into work items, how items
+ * split into units, what scratch a worker needs, and running one unit or one finishing
+ * unit. It does not choose threads (sdpa.c runs the units on an OpenMP team) and does
+ * not compute tiles (tile.c).
+ *
+ * Rows. A work item is up to Br rows of one (batch entry b, K/V head hk):
+ *   - plain: Br consecutive query rows i of one query head h;
+ *   - grouped (GQA with Tq <= GROUP_TQ_MAX, i.e. decode, speculative decoding, small
+ *     chunked prefill): the g = Hq/Hkv heads sharing hk, row r = (i = r / g, h = hk g +
+ *     r % g), so each K/V block is read once for all g heads.
+ * Row r of sequence b sees keys [lo_r, hi_r) (sdpa_row_range: length, causal, window)
+ * minus those an explicit mask hides. The item's key range is the union [ulo, uhi).
+ *
+ * Units. Unit u = (item t, chunk c) runs the tile loop (tile.c) over the keys of chunk
+ * c within [ulo, uhi). Without split-KV an item is one unit and finalises its own rows.
+ * Split-KV (flash-decoding): when the items are too few to feed many cores (decode:
+ * Tq = 1 against a long cache), each item's keys are cut into chunks of a fixed number
+ * of keys, each chunk a unit that stores its partial (m, l, O) rows; finishing unit t
+ * merges item t's partials in chunk order (finalize.c). The chunk size depends on the
+ * shape only, never on the thread count, so results are the same bits for any number
+ * of threads and any order of the units.
+ *
+ * Units are numbered (b, h)-major so consecutive units read the same K and V, and within
+ * a head largest first (causal: the last query blocks see the most keys), so a dynamic
+ * schedule ends on small units.
+ */
+#include <string.h>
+
+#include "driver.h"
+
+/* Grouped GQA rows when Tq is at most this (decode, speculative decoding, chunked
+ * prefill with small chunks): beyond it a plain item already has enough rows to reuse
+ * each packed K block. */
+#define GROUP_TQ_MAX 16
+
+/* Items of at most this many rows compute QK^T with qk_rows on K in place; larger ones
+ * pack K once per block for qk (kernels/ukernel.h says why the costs cross; the
+ * crossover is measured in docs/PERFORMANCE.md, "QK^T in place or packed"). */
+#define QK_ROWS_MAX 16
+
+/* Split-KV: considered when a call has fewer items than this (enough to keep 64 threads
+ * busy without splitting), in chunks of at least this many keys (a multiple of every
+ * table's Bc, so chunks cut no block), into about SPLIT_UNITS units in all (4 per thread
+ * at 64 threads, for a dynamic schedule to balance; more only adds per-unit work: the Q
+ * gather, the partial's store and merge; docs/PERFORMANCE.md "Split-KV chunks"), with
+ * at most SPLIT_PARTIAL_FLOATS floats of partial results per call (the split is then
+ * coarser). */
+#define SPLIT_ITEMS_MAX 64
+#define SPLIT_CHUNK_MIN 512
+#define SPLIT_UNITS 256
+#define SPLIT_PARTIAL_FLOATS ((int64_t)1 << 23)
+
+static size_t scratch_layout(const plan *pl, char *base, scratch *w) {
+    const sdpa_problem *p = &pl->p;
+    const size_t br = (size_t)pl->br, bc = (size_t)pl->bc;
+    const size_t kp = pl->k_in_place
+                          ? 0
+                          : round_up((size_t)pl->bc, (size_t)pl->kt->kp_align) * (size_t)p->Dk;
+    size_t off = 0;
+#define CARVE(field, type, count)                                                        \
+    do {                                                                                 \
+        if (w)                                                                           \
+            w->field = (type *)(void *)(base + off);                                     \
+        off += round_up((size_t)(count) * sizeof(type), 64);                             \
+    } while (0)
+    CARVE(q, float, br * (size_t)pl->ldq);
+    CARVE(kp, float, kp);
+    CARVE(s, float, br * (size_t)pl->lds);
+    CARVE(o, float, br * (size_t)pl->ldo);
+    CARVE(m, float, br);
+    CARVE(l, float, br);
+    CARVE(alpha, float, br);
+    CARVE(tmp, float, (size_t)pl->lds);
+    CARVE(wts, float, (size_t)pl->nchunks);
+    CARVE(h, int64_t, br);
+    CARVE(i, int64_t, br);
+    CARVE(lo, int64_t, br);
+    CARVE(hi, int64_t, br);
+    CARVE(hidden, unsigned char, br * bc);
+#undef CARVE
+    return off;
+}
+
+void plan_scratch(const plan *pl, void *buf, scratch *w) { scratch_layout(pl, buf, w); }
+
+size_t partial_floats(const plan *pl) {
+    return 2 * (size_t)pl->mrows + (size_t)pl->mrows * (size_t)pl->p.Dv;
+}
+
+void plan_init(plan *pl, const sdpa_kernels *kt, const sdpa_problem *p, int mode,
+               float *weights) {
+    memset(pl, 0, sizeof *pl);
+    pl->kt = kt;
+    pl->p = *p;
+    pl->mode = mode;
+    pl->weights = weights;
+    pl->br = kt->br;
+    pl->bc = kt->bc;
+    int64_t tq_max = p->Tq, tkv_max = p->Tkv;
+    if (p->cu_q) {
+        tq_max = tkv_max = 0;
+        for (int64_t b = 0; b < p->B; b++) {
+            tq_max = max64(tq_max, p->cu_q[b + 1] - p->cu_q[b]);
+            tkv_max = max64(tkv_max, p->cu_kv[b + 1] - p->cu_kv[b]);
+        }
+    }
+    pl->grouped = p->group > 1 && tq_max <= GROUP_TQ_MAX;
+    pl->rows_per_bh = pl->grouped ? p->group * tq_max : tq_max;
+    pl->items_per_bh = ceil_div(pl->rows_per_bh, pl->br);
+    pl->nbh = p->B * (pl->grouped ? p->Hkv : p->Hq);
+    pl->items = pl->nbh * pl->items_per_bh;
+    pl->mrows = (int)min64(pl->br, pl->rows_per_bh);
+    pl->ldq = (int)round_up((size_t)p->Dk, 16);
+    pl->lds = (int)round_up(round_up((size_t)kt->bc, (size_t)kt->kp_align), 16);
+    pl->ldo = (int)round_up((size_t)p->Dv, 16);
+    pl->k_in_place = pl->mrows <= QK_ROWS_MAX;
+
+    /* Split-KV, from the shape alone (never the thread count): chunks of at least
+     * SPLIT_CHUNK_MIN keys, about SPLIT_UNITS units, as many as fit SPLIT_PARTIAL_FLOATS
+     * of partials. The weights are never split: each item writes its own columns. */
+    pl->nchunks = 1;
+    if (mode == PLAN_FORWARD && pl->items > 0 && pl->items < SPLIT_ITEMS_MAX &&
+        tkv_max >= 2 * SPLIT_CHUNK_MIN) {
+        int64_t nch = tkv_max / SPLIT_CHUNK_MIN;
+        nch = min64(nch, ceil_div(SPLIT_UNITS, pl->items));
+        const int64_t fit = SPLIT_PARTIAL_FLOATS / ((int64_t)partial_floats(pl) * pl->items);
+        nch = min64(nch, fit);
+        if (nch >= 2) {
+            int64_t chunk = (int64_t)round_up((size_t)ceil_div(tkv_max, nch), SPLIT_CHUNK_MIN);
+            chunk = (int64_t)round_up((size_t)chunk, (size_t)pl->bc);
+            pl->chunk = chunk;
+            pl->nchunks = ceil_div(tkv_max, chunk);
+        }
+    }
+    pl->units = pl->items * pl->nchunks;
+    const int orphans = mode == PLAN_FORWARD && p->cu_q && p->cu_q[p->B] < p->Tq;
+    pl->finish_units = (pl->chunk ? pl->items : 0) + orphans;
+    pl->scratch_bytes = scratch_layout(pl, NULL, NULL);
+}
+
+sdpa_status plan_alloc(plan *pl) {
+    pl->counts = sdpa_alloc((size_t)pl->units * sizeof(counters));
+    if (pl->chunk && pl->counts)
+        pl->part = sdpa_alloc((size_t)pl->units * partial_floats(pl) * sizeof(float));
+    if (!pl->counts || (pl->chunk && !pl->part)) {
+        plan_release(pl);
+        return SDPA_ERR_OUT_OF_MEMORY;
+    }
+    return SDPA_OK;
+}
+
+void plan_release(plan *pl) {
+    sdpa_free(pl->counts);
+    sdpa_free(pl->part);
+    pl->counts = NULL;
+    pl->part = NULL;
+}
+
+void item_rows(const plan *pl, const scratch *w, int64_t t, rows *it) {
+    const sdpa_problem *p = &pl->p;
+    /* (b, h)-major, and within a head largest first under causal masking (see the top
+     * of this file; the order's measurements are in docs/PERFORMANCE.md, "Unit order") */
+    const int64_t bh = t / pl->items_per_bh, qi = t % pl->items_per_bh;
+    const int64_t qb = p->causal ? pl->items_per_bh - 1 - qi : qi;
+    const int64_t r0 = qb * pl->br;
+    it->m = (int)min64(pl->br, pl->rows_per_bh - r0);
+    int64_t hbase;
+    if (pl->grouped) {
+        it->b = bh / p->Hkv;
+        it->hk = bh % p->Hkv;
+        hbase = it->hk * p->group;
+    } else {
+        it->b = bh / p->Hq;
+        hbase = bh % p->Hq;
+        it->hk = hbase / p->group;
+    }
+    it->seq = sdpa_sequence(p, it->b);
+    it->mvalid = 0;
+    it->ulo = INT64_MAX;
+    it->uhi = INT64_MIN;
+    it->ilo = INT64_MIN;
+    it->ihi = INT64_MAX;
+    for (int r = 0; r < it->m; r++) {
+        const int64_t row = r0 + r;
+        w->h[r] = pl->grouped ? hbase + row % p->group : hbase;
+        w->i[r] = pl->grouped ? row / p->group : row;
+        if (w->i[r] >= it->seq.tq)
+            continue;
+        it->mvalid = r + 1;
+        sdpa_row_range(p, &it->seq, w->i[r], &w->lo[r], &w->hi[r]);
+        if (w->lo[r] >= w->hi[r]) { /* sees nothing: widens no range, empties the
+                                         intersection so every block masks it */
+            w->lo[r] = w->hi[r] = 0;
+            it->ilo = INT64_MAX;
+            continue;
+        }
+        it->ulo = min64(it->ulo, w->lo[r]);
+        it->uhi = max64(it->uhi, w->hi[r]);
+        it->ilo = max64(it->ilo, w->lo[r]);
+        it->ihi = min64(it->ihi, w->hi[r]);
+    }
+    if (it->ulo >= it->uhi)
+        it->ulo = it->uhi = 0;
+}
+
+void plan_run_unit(const plan *pl, int64_t u, const scratch *w) {
+    rows it;
+    const int64_t t = u / pl->nchunks, ch = u % pl->nchunks;
+    item_rows(pl, w, t, &it);
+    counters local, *c = pl->counts ? &pl->counts[u] : &local;
+    c->computed = c->masked = 0;
+    /* blocks the item's sequence has in all, counted once per item */
+    c->total = ch == 0 ? ceil_div(it.seq.tkv, pl->bc) : 0;
+    int64_t ja = it.ulo, jb = it.uhi;
+    if (pl->chunk) {
+        ja = max64(ja, ch * pl->chunk);
+        jb = min64(jb, (ch + 1) * pl->chunk);
+    }
+    if (pl->mode == PLAN_WEIGHTS && (it.mvalid == 0 || ja >= jb))
+        return;
+    gather_q(pl, &it, w);
+    run_keys(pl, &it, w, ja, jb, c);
+    if (pl->mode == PLAN_WEIGHTS)
+        return;
+    if (!pl->chunk) {
+        finalize_item(pl, &it, w);
+        return;
+    }
+    float *dst = pl->part + (size_t)u * partial_floats(pl);
+    const size_t mr = (size_t)pl->mrows;
+    for (int r = 0; r < it.mvalid; r++) {
+        dst[r] = w->m[r];
+        dst[mr + (size_t)r] = w->l[r];
+        memcpy(dst + 2 * mr + (size_t)r * (size_t)pl->p.Dv, w->o + (size_t)r * (size_t)pl->ldo,
+               (size_t)pl->p.Dv * sizeof(float));
+    }
+}
+
+void plan_finish_unit(const plan *pl, int64_t f, const scratch *w) {
+    if (pl->chunk && f < pl->items)
+        merge_item(pl, w, f);
+    else
+        write_orphan_rows(pl);
+}

@@ -1,0 +1,186 @@
+/*
+ * tile.c - the FlashAttention-2 loop of one unit: the key blocks of one work item's
+ * rows, QK^T, the masks and score modifiers (mask.c), the online softmax and P V through
+ * the kernel table; or, in the weights mode, the same scores turned into the weights
+ * exp(s - lse) of a finished forward pass. It is portable C (no -m flags): the floating-
+ * point inner loops are the table's (kernels/), this file holds the block bookkeeping.
+ *
+ * The algorithm for one unit = (item, key range [ja, jb) within its union [ulo, uhi)):
+ *
+ *   m_r = -inf, l_r = 0, O_r = 0
+ *   for key block [j0, j1) = [ja, jb) cut at multiples of Bc (at most Bc keys):
+ *       skip it if an explicit mask hides all of it from every row
+ *       S = scale Q K^T                                       qk_rows, or pack_k + qk
+ *       S = cap tanh(S / cap)                                 softcap (if on)
+ *       S -= slope_h |d(i_r) - j|                             ALiBi (if on)
+ *       S += M[b, h, i, j]                                    additive mask (if any)
+ *       S[r][j] = -inf where row r does not see key j        only in blocks crossing
+ *                                                             a range edge or masked
+ *       mx_r = max(m_r, max_j S_rj);  mu_r = (mx_r == -inf ? 0 : mx_r)
+ *       P = exp(S - mu);  alpha_r = exp(m_r - mu_r)          softmax
+ *       l_r = alpha_r l_r + sum_j P_rj;  m_r = mx_r
+ *       P_rj = P_rj keep(b, h, i, j) / (1 - p)                dropout (if on; philox.h)
+ *       O_r = alpha_r O_r + sum_j P_rj V_j                   pv (V read in place)
+ *
+ * The weights mode runs the same blocks and scores and writes, per row with the lse of
+ * the forward pass, W_rj = exp(S_rj - lse_r) (dropout applied) for the keys it sees and
+ * 0 for the others, whatever lse is.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "../kernels/convert.h"
+#include "driver.h"
+
+void gather_q(const plan *pl, const rows *it, const scratch *w) {
+    const sdpa_problem *p = &pl->p;
+    const size_t es = sdpa_dtype_size(p->qt);
+    for (int r = 0; r < it->mvalid; r++) {
+        const char *src = (const char *)p->q +
+                          (size_t)(it->b * p->qs[0] + w->h[r] * p->qs[1] +
+                                   (it->seq.q0 + w->i[r]) * p->qs[2]) * es;
+        float *dst = w->q + (size_t)r * (size_t)pl->ldq;
+        if (p->qt == SDPA_F32)
+            memcpy(dst, src, (size_t)p->Dk * sizeof(float));
+        else
+            for (int64_t d = 0; d < p->Dk; d++)
+                dst[d] = sdpa_load_as_f32(src, d, p->qt);
+    }
+}
+
+/* Ask for the first SDPA_PREFETCH_AHEAD bytes of rows (at most n of them, `bytes` long,
+ * ld bytes apart) to be in cache soon: the start of a block of K or V, which the
+ * kernels' own prefetching (rows ahead within their call) does not reach. Only the head
+ * of the block: a whole next block in one burst fills the miss buffers ahead of the
+ * current block's loads (docs/PERFORMANCE.md, "Decode prefetching"). __builtin_prefetch
+ * (gcc, clang) needs no ISA flag. */
+static void prefetch_head(const char *base, int64_t ld, int n, size_t bytes) {
+    const int nr = (int)min64(n, (int64_t)(SDPA_PREFETCH_AHEAD / bytes) + 1);
+    for (int j = 0; j < nr; j++)
+        for (size_t off = 0; off < bytes; off += 64) /* 64-byte lines on x86-64 and arm64 */
+            __builtin_prefetch(base + (int64_t)j * ld + (int64_t)off, 0, 3);
+}
+
+/* S rows [ra, rb) = scale Q K^T for the n keys of K from kblock (caller memory): K
+ * rows read in place by qk_rows for plans of few rows, else packed by pack_k for qk.
+ * The choice is the plan's, never the block's, so the forward pass and the attention
+ * weights compute every score the same way (both kernels give a row the same bits
+ * whichever rows share the call). */
+static void block_scores(const plan *pl, const scratch *w, const char *kblock, int n, int ra,
+                         int rb) {
+    const sdpa_problem *p = &pl->p;
+    const sdpa_kernels *kt = pl->kt;
+    const float *q = w->q + (size_t)ra * (size_t)pl->ldq;
+    float *s = w->s + (size_t)ra * (size_t)pl->lds;
+    if (pl->k_in_place) {
+        kt->qk_rows(rb - ra, n, (int)p->Dk, p->scale, q, pl->ldq, kblock, p->ks[2], p->kt, s,
+                    pl->lds);
+        return;
+    }
+    kt->pack_k(n, (int)p->Dk, kblock, p->ks[2], p->kt, w->kp);
+    kt->qk(rb - ra, n, (int)p->Dk, p->scale, q, pl->ldq, w->kp, s, pl->lds);
+}
+
+/* The weights mode's step on one block of scores (rows [ra, rb), after prepare_block if
+ * the block is not plain): W = exp(S - lse) with hidden keys exactly 0 (-inf - lse is
+ * NaN when the row's lse is NaN), dropout, and the rows' columns [j0, j0 + n) written. */
+static void weights_block(const plan *pl, const rows *it, const scratch *w, int ra, int rb,
+                          int64_t j0, int n, int plain) {
+    const sdpa_problem *p = &pl->p;
+    const int64_t vb = p->cu_q ? 0 : it->b;
+    for (int r = ra; r < rb; r++) {
+        const float lse = p->lse[vb * p->lse_sb + w->h[r] * p->lse_sh + it->seq.q0 + w->i[r]];
+        float *sr = w->s + (size_t)r * (size_t)pl->lds;
+        if (lse == -INFINITY) { /* a row that sees nothing: all zero */
+            memset(sr, 0, (size_t)n * sizeof(float));
+            continue;
+        }
+        for (int j = 0; j < n; j++)
+            sr[j] -= lse;
+        pl->kt->vexp(n, sr, sr);
+        const unsigned char *hid = w->hidden + (size_t)r * (size_t)pl->bc;
+        for (int j = 0; j < n && !plain; j++)
+            if (hid[j])
+                sr[j] = 0.0f;
+    }
+    if (p->dropout_p != 0.0f)
+        dropout_block(pl, it, w, ra, rb, j0, n);
+    for (int r = ra; r < rb; r++) {
+        float *dst = pl->weights + ((vb * p->Hq + w->h[r]) * p->Tq + it->seq.q0 + w->i[r]) * p->Tkv;
+        memcpy(dst + j0, w->s + (size_t)r * (size_t)pl->lds, (size_t)n * sizeof(float));
+    }
+}
+
+void run_keys(const plan *pl, const rows *it, const scratch *w, int64_t ja, int64_t jb,
+              counters *c) {
+    const sdpa_problem *p = &pl->p;
+    const sdpa_kernels *kt = pl->kt;
+    const int forward = pl->mode == PLAN_FORWARD;
+    const int m = it->mvalid, Dk = (int)p->Dk, Dv = (int)p->Dv;
+    if (forward) {
+        for (int r = 0; r < m; r++) {
+            w->m[r] = -INFINITY;
+            w->l[r] = 0.0f;
+        }
+        memset(w->o, 0, (size_t)m * (size_t)pl->ldo * sizeof(float));
+    }
+    if (m == 0 || ja >= jb)
+        return;
+    const size_t kes = sdpa_dtype_size(p->kt), ves = forward ? sdpa_dtype_size(p->vt) : 0;
+    const char *kbase = (const char *)p->k +
+                        (size_t)(it->b * p->ks[0] + it->hk * p->ks[1] + it->seq.kv0 * p->ks[2]) * kes;
+    const char *vbase = forward ? (const char *)p->v + (size_t)(it->b * p->vs[0] + it->hk * p->vs[1] +
+                                                                it->seq.kv0 * p->vs[2]) * ves
+                                : NULL;
+    for (int64_t j0 = ja; j0 < jb;) {
+        /* blocks end on multiples of Bc (so split chunks, multiples of Bc, cut none) */
+        const int64_t j1 = min64((j0 / pl->bc + 1) * pl->bc, jb);
+        const int n = (int)(j1 - j0);
+        if (block_fully_hidden(pl, it, w, j0, n)) {
+            j0 = j1;
+            continue;
+        }
+        /* A block every row sees in full, with no explicit mask or score modifier, is the
+         * plain FlashAttention step on all rows. Otherwise only the band of rows that see
+         * some key of it runs: for a row that sees none the step is the identity
+         * (P = exp(-inf) = 0, alpha = exp(0) = 1, or l = O = 0 still). */
+        int ra = 0, rb = m;
+        const int plain = j0 >= it->ilo && j1 <= it->ihi && p->mask.kind == SDPA_MASK_NONE &&
+                          p->softcap == 0.0f && !p->alibi;
+        if (!plain) {
+            int a, e;
+            while (ra < m && (row_cut(it, w, ra, j0, n, &a, &e), a == e))
+                ra++;
+            while (rb > ra && (row_cut(it, w, rb - 1, j0, n, &a, &e), a == e))
+                rb--;
+            if (ra == rb) { /* no row sees any key of the block */
+                j0 = j1;
+                continue;
+            }
+        }
+        c->computed++;
+        const char *v = forward ? vbase + (size_t)(j0 * p->vs[2]) * ves : NULL;
+        /* n > 1 only when the view has two rows or more, which bounds the row stride's
+         * bytes (validate.c); a single row's stride is unbounded (INT64_MAX passes,
+         * multiplied by 0) and would overflow here, so it is not used */
+        if (forward)
+            prefetch_head(v, n > 1 ? p->vs[2] * (int64_t)ves : 0, n, (size_t)Dv * ves);
+        block_scores(pl, w, kbase + (size_t)(j0 * p->ks[2]) * kes, n, ra, rb);
+        const int masked = plain ? 0 : prepare_block(pl, it, w, ra, rb, j0, n);
+        c->masked += masked != 0;
+        if (!forward) {
+            weights_block(pl, it, w, ra, rb, j0, n, plain);
+            j0 = j1;
+            continue;
+        }
+        kt->softmax(rb - ra, n, w->s + (size_t)ra * (size_t)pl->lds, pl->lds, w->m + ra,
+                    w->l + ra, w->alpha + ra);
+        if (j1 < jb)
+            prefetch_head(kbase + (size_t)(j1 * p->ks[2]) * kes, p->ks[2] * (int64_t)kes,
+                          (int)min64(jb - j1, pl->bc), (size_t)Dk * kes);
+        if (p->dropout_p != 0.0f)
+            dropout_block(pl, it, w, ra, rb, j0, n);
+        pv_block(pl, it, w, ra, rb, j0, n, v, masked);
+        j0 = j1;
+    }
+}
