@@ -8,17 +8,19 @@
 #   make test-aarch64    cross-compile for aarch64 and run the suite under qemu-aarch64
 #   make install PREFIX=/usr/local [DESTDIR=...]   header, both libraries, sdpa.pc
 #   make clean
+#   developer targets (aarch64 under qemu, fuzzing, sanitizers, valgrind): mk/dev.mk
 #
 # Knobs: CC=gcc|clang (or a cross compiler), OPENMP=0 for a serial library, WERROR=1
 # (CI) for -Werror, SANITIZE=address,undefined for a sanitized build in its own
-# directory, CFLAGS for optimisation/debug flags.
+# directory, CFLAGS for optimisation/debug flags, CPPFLAGS and LDFLAGS as usual.
 #
 # Per-ISA compiler flags apply to kernels/<isa>/ files only; src/ is compiled with no
 # -m flags, so nothing outside the kernel tables can use an instruction the CPU may lack.
 # The ISA list comes from the target architecture (CC -dumpmachine) and from which
 # kernels/<isa> directories exist.
 
-VERSION   := 0.1.0
+# The version is the header's (SDPA_VERSION_STRING); the soname changes with the ABI.
+VERSION   = $(shell sed -n 's/^\#define SDPA_VERSION_STRING "\(.*\)"/\1/p' include/sdpa.h)
 SOVERSION := 0
 PREFIX    ?= /usr/local
 LIBDIR    ?= $(PREFIX)/lib
@@ -62,9 +64,10 @@ ifneq ($(SANITIZE),)
 SAN_FLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
 endif
 
-BASE_CFLAGS := -std=c11 -D_DEFAULT_SOURCE $(WARN) $(CFLAGS) $(OMP_CFLAGS) $(SAN_FLAGS) -Iinclude
+BASE_CFLAGS := -std=c11 -D_DEFAULT_SOURCE $(WARN) $(CPPFLAGS) $(CFLAGS) $(OMP_CFLAGS) \
+               $(SAN_FLAGS) -Iinclude
 LIB_CFLAGS  := $(BASE_CFLAGS) -fPIC -fvisibility=hidden
-LDLIBS      := $(OMP_LIBS) $(SAN_FLAGS) -lm -lpthread
+LDLIBS      := $(LDFLAGS) $(OMP_LIBS) $(SAN_FLAGS) -lm -lpthread
 
 # ---- kernel tables -------------------------------------------------------------------
 ISAS_x86_64  := avx2 avx512
@@ -86,7 +89,9 @@ ISA_DEFS := $(foreach i,$(SIMD_ISAS),-DSDPA_BUILD_$(shell echo $(i) | tr a-z A-Z
 SO_NAME := libsdpa.so.$(SOVERSION)
 SO_FILE := libsdpa.so.$(VERSION)
 
-TEST_SRCS := $(wildcard tests/*.c)
+# The suite replays the fuzz corpus too (tests/test_fuzzcases.c), so the fuzz target's
+# core joins it.
+TEST_SRCS := $(wildcard tests/*.c) tests/fuzz/fuzz_core.c
 TEST_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(TEST_SRCS))
 
 .PHONY: all lib tools test demo cpuinfo install uninstall clean
@@ -95,13 +100,17 @@ all: lib tools
 lib: $(BUILD)/libsdpa.a $(BUILD)/libsdpa.so
 
 # Everything that changes what an object is: the compiler, the flags, the ISA set. The
-# stamp is rewritten when any of it differs from the last build in $(BUILD), and every
-# object depends on it, so switching CC, CFLAGS or OPENMP, or adding a kernels/<isa>
-# directory, never leaves a stale object behind (dispatch.o once kept an old ISA list).
-CONFIG_LINE  := $(CC) | $(CFLAGS) | OPENMP=$(OPENMP) | SANITIZE=$(SANITIZE) | $(ARCH) | $(SIMD_ISAS)
+# stamp's rule rewrites it only when the line differs from the last build in $(BUILD),
+# and every object depends on it, so switching CC, CFLAGS or OPENMP, or adding a
+# kernels/<isa> directory, never leaves a stale object behind. (A rule, not parse-time
+# work: `make clean` and `make install` do not touch it.)
+CONFIG_LINE  := $(CC) | $(CPPFLAGS) | $(CFLAGS) | OPENMP=$(OPENMP) | SANITIZE=$(SANITIZE) | \
+                $(ARCH) | $(SIMD_ISAS)
 CONFIG_STAMP := $(BUILD)/config.stamp
-$(shell mkdir -p $(BUILD) && { test "$$(cat $(CONFIG_STAMP) 2>/dev/null)" = '$(CONFIG_LINE)' || \
-  printf '%s\n' '$(CONFIG_LINE)' > $(CONFIG_STAMP); })
+.PHONY: FORCE
+$(CONFIG_STAMP): FORCE
+	@mkdir -p $(dir $@)
+	@test "$$(cat $@ 2>/dev/null)" = '$(CONFIG_LINE)' || printf '%s\n' '$(CONFIG_LINE)' > $@
 
 $(BUILD)/obj/src/%.o: src/%.c
 	@mkdir -p $(dir $@)
@@ -245,138 +254,7 @@ compare:
 	@test -n "$(BASE)" || { echo "usage: make compare BASE=before.json [NEW=after.json]"; exit 2; }
 	$(PYTHON) tools/bench-compare.py $(BASE) $(or $(NEW),$(BENCH_JSON))
 
-# ---- aarch64 on an x86 host: cross-compile, run under qemu-user -----------------------
-# Builds the library, the suite and the tools with $(AARCH64_CC) into build-aarch64/
-# (CFLAGS, WERROR... pass through) and runs the whole suite (both ISAs: scalar and neon)
-# under qemu twice: the default CPU with 2 OpenMP threads, and a Cortex-A72 (ARMv8.0
-# only: any newer instruction dies with SIGILL) with 1. The threads suite asks for 1, 2,
-# 3 and nproc threads itself in both runs. About two minutes per run under emulation;
-# the two runs are separate targets, so `make -j2 -O test-aarch64` runs them at once.
-# Then sdpa-run --check (plain C, no Google Benchmark) on both CPUs. Emulated times mean
-# nothing. Debian packages: gcc-aarch64-linux-gnu libgomp1-arm64-cross qemu-user.
-AARCH64_CC   ?= aarch64-linux-gnu-gcc
-QEMU_AARCH64 ?= qemu-aarch64 -L /usr/aarch64-linux-gnu
-AARCH64_RUN  := build-aarch64/sdpa-run
-
-.PHONY: test-aarch64 aarch64-build aarch64-suite-default aarch64-suite-a72
-aarch64-build:
-	$(MAKE) CC=$(AARCH64_CC) BUILD=build-aarch64 build-aarch64/sdpa-test \
-	  build-aarch64/sdpa-demo $(AARCH64_RUN)
-aarch64-suite-default: aarch64-build
-	OMP_NUM_THREADS=2 $(QEMU_AARCH64) build-aarch64/sdpa-test
-aarch64-suite-a72: aarch64-build
-	OMP_NUM_THREADS=1 $(QEMU_AARCH64) -cpu cortex-a72 build-aarch64/sdpa-test
-test-aarch64: aarch64-suite-default aarch64-suite-a72
-	$(QEMU_AARCH64) $(AARCH64_RUN) --check
-	$(QEMU_AARCH64) -cpu cortex-a72 $(AARCH64_RUN) --check --isa neon --threads 1
-
-# ---- hardening: fuzzing, sanitizers, valgrind -----------------------------------------
-#   make fuzz [FUZZ_SECONDS=60] [FUZZ_ISA=auto|scalar|avx2|avx512|neon] [FUZZ_ARGS=...]
-#                        libFuzzer campaign on sdpa_forward (tests/fuzz/), clang with
-#                        -fsanitize=fuzzer,address,undefined; finds go to
-#                        build-fuzz/artifacts-<isa>/, the grown corpus to build-fuzz/corpus-<isa>/
-#   make fuzz-isas FUZZ_ISAS="scalar avx2"   one campaign per ISA (-jN runs N at once)
-#   make fuzz-corpus     regenerate the committed seed corpus tests/fuzz/corpus
-#   make tsan            the concurrency suites (soak, threads) under ThreadSanitizer: clang,
-#                        libomp with its Archer tool so OpenMP's own synchronisation is seen
-#   make valgrind        memcheck on the suite (--quick), once per VALGRIND_ISAS (valgrind 3.19
-#                        cannot run AVX-512); VALGRIND_SUITES picks the suites; -j2 runs
-#                        two ISAs at once
-# Each has its own build directory. The test suite replays the fuzz corpus too
-# (tests/test_fuzzcases.c), so its object joins the suite's.
-TEST_OBJS += $(BUILD)/obj/tests/fuzz/fuzz_core.o
-$(BUILD)/sdpa-test: $(BUILD)/obj/tests/fuzz/fuzz_core.o
-
-FUZZ_CC      ?= clang
-FUZZ_BUILD   := build-fuzz
-FUZZ_SECONDS ?= 60
-FUZZ_ISA     ?= auto
-FUZZ_ARGS    ?=
-# The fuzz build instruments src/ and the scalar table (coverage for libFuzzer, ASan,
-# UBSan) and builds the SIMD tables plain: clang 14 took 6 minutes for kernels/avx512 alone
-# under ASan + UBSan (4 s plain), too long for CI. Their reads of caller memory are still
-# checked: the fuzz cases put their buffers against unmapped pages (tests/fuzz/fuzz_core.c).
-FUZZ_INSTR   := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all \
-                -fno-omit-frame-pointer
-FUZZ_CFLAGS  := -std=c11 -D_DEFAULT_SOURCE $(WARN) $(CFLAGS) -fopenmp -Iinclude
-FUZZ_OBJS    := $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(LIB_SRCS))
-FUZZ_SRCS    := tests/fuzz/fuzz_main.c tests/fuzz/fuzz_core.c tests/harness.c tests/oracle.c
-
-.PHONY: fuzz fuzz-isas fuzz-corpus tsan valgrind valgrind-build
-$(FUZZ_BUILD)/obj/src/%.o: src/%.c
-	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_INSTR) $(ISA_DEFS) -MMD -MP -c $< -o $@
-
-$(FUZZ_BUILD)/obj/kernels/scalar/%.o: kernels/scalar/%.c
-	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_INSTR) -MMD -MP -c $< -o $@
-
-$(FUZZ_BUILD)/obj/kernels/%.o: kernels/%.c
-	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) $(ISAFLAGS_$(word 2,$(subst /, ,$<))) -MMD -MP -c $< -o $@
-
-$(FUZZ_BUILD)/sdpa-fuzz: $(FUZZ_SRCS) tests/fuzz/fuzz_core.h tests/harness.h $(FUZZ_OBJS)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
-	  -fno-sanitize-recover=all -fno-omit-frame-pointer -o $@ $(FUZZ_SRCS) $(FUZZ_OBJS) \
-	  -fopenmp=libomp -lm -lpthread
-
-fuzz: fuzz-isa-$(FUZZ_ISA)
-
-# One campaign per ISA, each with its own corpus and artifact directories, so
-# `make -j2 -O fuzz-isas FUZZ_ISAS="scalar avx2 avx512"` runs two at a time.
-FUZZ_ISAS ?= $(FUZZ_ISA)
-fuzz-isas: $(addprefix fuzz-isa-,$(FUZZ_ISAS))
-fuzz-isa-%: $(FUZZ_BUILD)/sdpa-fuzz
-	@mkdir -p $(FUZZ_BUILD)/corpus-$* $(FUZZ_BUILD)/artifacts-$*
-	SDPA_ISA=$* LSAN_OPTIONS=suppressions=tests/fuzz/lsan.supp \
-	  ./$(FUZZ_BUILD)/sdpa-fuzz -max_total_time=$(FUZZ_SECONDS) -timeout=30 \
-	  -rss_limit_mb=4096 -max_len=512 -print_final_stats=1 \
-	  -artifact_prefix=$(FUZZ_BUILD)/artifacts-$*/ $(FUZZ_ARGS) \
-	  $(FUZZ_BUILD)/corpus-$* tests/fuzz/corpus
-
-$(FUZZ_BUILD)/gen-corpus: tests/fuzz/gen_corpus.c tests/fuzz/fuzz_core.h
-	@mkdir -p $(dir $@)
-	$(CC) $(BASE_CFLAGS) -o $@ $<
-
-fuzz-corpus: $(FUZZ_BUILD)/gen-corpus
-	rm -rf tests/fuzz/corpus
-	mkdir -p tests/fuzz/corpus
-	./$(FUZZ_BUILD)/gen-corpus tests/fuzz/corpus
-
--include $(shell find $(FUZZ_BUILD) -name '*.d' 2>/dev/null)
-
-# ThreadSanitizer sees OpenMP's synchronisation only through libomp's Archer tool
-# (libomp-dev); without it every team is a false race. The runtime itself is not
-# instrumented, hence ignore_noninstrumented_modules.
-TSAN_BUILD   := build-tsan
-TSAN_SECONDS ?= 20
-ARCHER       ?= $(firstword $(wildcard /usr/lib/llvm-*/lib/libarcher.so))
-tsan:
-	@test -n "$(ARCHER)" || { echo "make tsan needs libomp's Archer (libarcher.so):" \
-	  "apt-get install libomp-dev"; exit 1; }
-	$(MAKE) CC=clang SANITIZE=thread BUILD=$(TSAN_BUILD) $(TSAN_BUILD)/sdpa-test
-	TSAN_OPTIONS="halt_on_error=1 ignore_noninstrumented_modules=1" \
-	  OMP_TOOL_LIBRARIES=$(ARCHER) SDPA_SOAK_SECONDS=$(TSAN_SECONDS) \
-	  ./$(TSAN_BUILD)/sdpa-test --quick soak threads
-
-# memcheck on the gcc build, the process-wide ISA and the suites' ISA both forced, so no
-# instruction of another table runs; OpenMP's threads sleep instead of spinning (valgrind
-# runs one thread at a time). libgomp keeps its thread pool to the end: only definite
-# leaks count. Every suite but sweep and threads (the same code at many more shapes and
-# thread counts: over a minute each under valgrind, and the ASan build runs them).
-VALGRIND_BUILD  := build-vg
-VALGRIND_ISAS   ?= scalar avx2
-VALGRIND_SUITES ?= api seeds layout skip traps broken ukernel features layer extremes \
-                   fuzzcases soak
-valgrind: $(addprefix valgrind-isa-,$(VALGRIND_ISAS))
-valgrind-build:
-	$(MAKE) BUILD=$(VALGRIND_BUILD) $(VALGRIND_BUILD)/sdpa-test
-valgrind-isa-%: valgrind-build
-	SDPA_ISA=$* OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive valgrind -q --error-exitcode=99 \
-	  --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=definite \
-	  ./$(VALGRIND_BUILD)/sdpa-test --quick --isa $* $(VALGRIND_SUITES)
-
-# sdpa.pc is written at install time: its paths are the PREFIX of that install.
+# sdpa.pc is written at install time from sdpa.pc.in: its paths are that install's.
 install: lib
 	install -d $(DESTDIR)$(INCDIR) $(DESTDIR)$(LIBDIR)/pkgconfig
 	install -m 644 include/sdpa.h $(DESTDIR)$(INCDIR)/sdpa.h
@@ -384,10 +262,9 @@ install: lib
 	install -m 755 $(BUILD)/$(SO_FILE) $(DESTDIR)$(LIBDIR)/$(SO_FILE)
 	ln -sf $(SO_FILE) $(DESTDIR)$(LIBDIR)/$(SO_NAME)
 	ln -sf $(SO_NAME) $(DESTDIR)$(LIBDIR)/libsdpa.so
-	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(LIBDIR)' 'includedir=$(INCDIR)' '' \
-	  'Name: sdpa' 'Description: fused scaled-dot-product attention for CPUs' \
-	  'Version: $(VERSION)' 'Cflags: -I$${includedir}' 'Libs: -L$${libdir} -lsdpa' \
-	  'Libs.private: $(OMP_PC) -lm -lpthread' > $(DESTDIR)$(LIBDIR)/pkgconfig/sdpa.pc
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCDIR@|$(INCDIR)|' \
+	  -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS_PRIVATE@|$(OMP_PC) -lm -lpthread|' \
+	  sdpa.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/sdpa.pc
 
 uninstall:
 	rm -f $(DESTDIR)$(INCDIR)/sdpa.h $(DESTDIR)$(LIBDIR)/libsdpa.a \
@@ -399,9 +276,9 @@ clean:
 
 # Every object depends on the build's configuration stamp (see CONFIG_STAMP).
 $(LIB_OBJS) $(TEST_OBJS) $(BENCH_COBJS) $(BENCH_MAIN): $(CONFIG_STAMP)
-$(CONFIG_STAMP): ;
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
-# Optional parts of the build, each in its own fragment (mk/*.mk).
+# The rest of the build, each part in its own fragment: developer targets (mk/dev.mk),
+# and optional parts (mk/*.mk).
 include $(wildcard mk/*.mk)

@@ -1,0 +1,132 @@
+# mk/dev.mk - developer targets of the Makefile: the aarch64 suite under qemu, fuzzing,
+# ThreadSanitizer and valgrind. Included by the Makefile (which defines the library's
+# sources, flags and build directories); nothing here is needed to build or install
+# libsdpa.
+
+# ---- aarch64 on an x86 host: cross-compile, run under qemu-user -----------------------
+# Builds the library, the suite and the tools with $(AARCH64_CC) into build-aarch64/
+# (CFLAGS, WERROR... pass through) and runs the whole suite (both ISAs: scalar and neon)
+# under qemu twice: the default CPU with 2 OpenMP threads, and a Cortex-A72 (ARMv8.0
+# only: any newer instruction dies with SIGILL) with 1. The threads suite asks for 1, 2,
+# 3 and nproc threads itself in both runs. About two minutes per run under emulation;
+# the two runs are separate targets, so `make -j2 -O test-aarch64` runs them at once.
+# Then sdpa-run --check (plain C, no Google Benchmark) on both CPUs. Emulated times mean
+# nothing. Debian packages: gcc-aarch64-linux-gnu libgomp1-arm64-cross qemu-user.
+AARCH64_CC   ?= aarch64-linux-gnu-gcc
+QEMU_AARCH64 ?= qemu-aarch64 -L /usr/aarch64-linux-gnu
+AARCH64_RUN  := build-aarch64/sdpa-run
+
+.PHONY: test-aarch64 aarch64-build aarch64-suite-default aarch64-suite-a72
+aarch64-build:
+	$(MAKE) CC=$(AARCH64_CC) BUILD=build-aarch64 build-aarch64/sdpa-test \
+	  build-aarch64/sdpa-demo $(AARCH64_RUN)
+aarch64-suite-default: aarch64-build
+	OMP_NUM_THREADS=2 $(QEMU_AARCH64) build-aarch64/sdpa-test
+aarch64-suite-a72: aarch64-build
+	OMP_NUM_THREADS=1 $(QEMU_AARCH64) -cpu cortex-a72 build-aarch64/sdpa-test
+test-aarch64: aarch64-suite-default aarch64-suite-a72
+	$(QEMU_AARCH64) $(AARCH64_RUN) --check
+	$(QEMU_AARCH64) -cpu cortex-a72 $(AARCH64_RUN) --check --isa neon --threads 1
+
+# ---- hardening: fuzzing, sanitizers, valgrind -----------------------------------------
+#   make fuzz [FUZZ_SECONDS=60] [FUZZ_ISA=auto|scalar|avx2|avx512|neon] [FUZZ_ARGS=...]
+#                        libFuzzer campaign on sdpa_forward (tests/fuzz/), clang with
+#                        -fsanitize=fuzzer,address,undefined; finds go to
+#                        build-fuzz/artifacts-<isa>/, the grown corpus to build-fuzz/corpus-<isa>/
+#   make fuzz-isas FUZZ_ISAS="scalar avx2"   one campaign per ISA (-jN runs N at once)
+#   make fuzz-corpus     regenerate the committed seed corpus tests/fuzz/corpus
+#   make tsan            the concurrency suites (soak, threads) under ThreadSanitizer: clang,
+#                        libomp with its Archer tool so OpenMP's own synchronisation is seen
+#   make valgrind        memcheck on the suite (--quick), once per VALGRIND_ISAS (valgrind 3.19
+#                        cannot run AVX-512); VALGRIND_SUITES picks the suites; -j2 runs
+#                        two ISAs at once
+# Each has its own build directory.
+
+FUZZ_CC      ?= clang
+FUZZ_BUILD   := build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_ISA     ?= auto
+FUZZ_ARGS    ?=
+# The fuzz build instruments src/ and the scalar table (coverage for libFuzzer, ASan,
+# UBSan) and builds the SIMD tables plain: clang 14 took 6 minutes for kernels/avx512 alone
+# under ASan + UBSan (4 s plain), too long for CI. Their reads of caller memory are still
+# checked: the fuzz cases put their buffers against unmapped pages (tests/fuzz/fuzz_core.c).
+FUZZ_INSTR   := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all \
+                -fno-omit-frame-pointer
+FUZZ_CFLAGS  := -std=c11 -D_DEFAULT_SOURCE $(WARN) $(CFLAGS) -fopenmp -Iinclude
+FUZZ_OBJS    := $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(LIB_SRCS))
+FUZZ_SRCS    := tests/fuzz/fuzz_main.c tests/fuzz/fuzz_core.c tests/harness.c tests/oracle.c
+
+.PHONY: fuzz fuzz-isas fuzz-corpus tsan valgrind valgrind-build
+$(FUZZ_BUILD)/obj/src/%.o: src/%.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_INSTR) $(ISA_DEFS) -MMD -MP -c $< -o $@
+
+$(FUZZ_BUILD)/obj/kernels/scalar/%.o: kernels/scalar/%.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_INSTR) -MMD -MP -c $< -o $@
+
+$(FUZZ_BUILD)/obj/kernels/%.o: kernels/%.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(ISAFLAGS_$(word 2,$(subst /, ,$<))) -MMD -MP -c $< -o $@
+
+$(FUZZ_BUILD)/sdpa-fuzz: $(FUZZ_SRCS) tests/fuzz/fuzz_core.h tests/harness.h $(FUZZ_OBJS)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
+	  -fno-sanitize-recover=all -fno-omit-frame-pointer -o $@ $(FUZZ_SRCS) $(FUZZ_OBJS) \
+	  -fopenmp=libomp -lm -lpthread
+
+fuzz: fuzz-isa-$(FUZZ_ISA)
+
+# One campaign per ISA, each with its own corpus and artifact directories, so
+# `make -j2 -O fuzz-isas FUZZ_ISAS="scalar avx2 avx512"` runs two at a time.
+FUZZ_ISAS ?= $(FUZZ_ISA)
+fuzz-isas: $(addprefix fuzz-isa-,$(FUZZ_ISAS))
+fuzz-isa-%: $(FUZZ_BUILD)/sdpa-fuzz
+	@mkdir -p $(FUZZ_BUILD)/corpus-$* $(FUZZ_BUILD)/artifacts-$*
+	SDPA_ISA=$* LSAN_OPTIONS=suppressions=tests/fuzz/lsan.supp \
+	  ./$(FUZZ_BUILD)/sdpa-fuzz -max_total_time=$(FUZZ_SECONDS) -timeout=30 \
+	  -rss_limit_mb=4096 -max_len=512 -print_final_stats=1 \
+	  -artifact_prefix=$(FUZZ_BUILD)/artifacts-$*/ $(FUZZ_ARGS) \
+	  $(FUZZ_BUILD)/corpus-$* tests/fuzz/corpus
+
+$(FUZZ_BUILD)/gen-corpus: tests/fuzz/gen_corpus.c tests/fuzz/fuzz_core.h
+	@mkdir -p $(dir $@)
+	$(CC) $(BASE_CFLAGS) -o $@ $<
+
+fuzz-corpus: $(FUZZ_BUILD)/gen-corpus
+	rm -rf tests/fuzz/corpus
+	mkdir -p tests/fuzz/corpus
+	./$(FUZZ_BUILD)/gen-corpus tests/fuzz/corpus
+
+-include $(shell find $(FUZZ_BUILD) -name '*.d' 2>/dev/null)
+
+# ThreadSanitizer sees OpenMP's synchronisation only through libomp's Archer tool
+# (libomp-dev); without it every team is a false race. The runtime itself is not
+# instrumented, hence ignore_noninstrumented_modules.
+TSAN_BUILD   := build-tsan
+TSAN_SECONDS ?= 20
+ARCHER       ?= $(firstword $(wildcard /usr/lib/llvm-*/lib/libarcher.so))
+tsan:
+	@test -n "$(ARCHER)" || { echo "make tsan needs libomp's Archer (libarcher.so):" \
+	  "apt-get install libomp-dev"; exit 1; }
+	$(MAKE) CC=clang SANITIZE=thread BUILD=$(TSAN_BUILD) $(TSAN_BUILD)/sdpa-test
+	TSAN_OPTIONS="halt_on_error=1 ignore_noninstrumented_modules=1" \
+	  OMP_TOOL_LIBRARIES=$(ARCHER) SDPA_SOAK_SECONDS=$(TSAN_SECONDS) \
+	  ./$(TSAN_BUILD)/sdpa-test --quick soak threads
+
+# memcheck on the gcc build, the process-wide ISA and the suites' ISA both forced, so no
+# instruction of another table runs; OpenMP's threads sleep instead of spinning (valgrind
+# runs one thread at a time). libgomp keeps its thread pool to the end: only definite
+# leaks count. Every suite but sweep and threads (the same code at many more shapes and
+# thread counts: over a minute each under valgrind, and the ASan build runs them).
+VALGRIND_BUILD  := build-vg
+VALGRIND_ISAS   ?= scalar avx2
+VALGRIND_SUITES ?= api seeds layout skip traps broken ukernel features layer extremes \
+                   fuzzcases soak
+valgrind: $(addprefix valgrind-isa-,$(VALGRIND_ISAS))
+valgrind-build:
+	$(MAKE) BUILD=$(VALGRIND_BUILD) $(VALGRIND_BUILD)/sdpa-test
+valgrind-isa-%: valgrind-build
+	SDPA_ISA=$* OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive valgrind -q --error-exitcode=99 \
+	  --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=definite \
+	  ./$(VALGRIND_BUILD)/sdpa-test --quick --isa $* $(VALGRIND_SUITES)
