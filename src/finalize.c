@@ -26,7 +26,8 @@ typedef struct partials {
 
 /* out[0 .. n) = acc[0 .. n) * f, four at a time with restrict so the compiler emits one
  * baseline-ISA vector op per group: this pass writes the caller's output, a cache miss
- * per line, and was 3% of prefill as a scalar loop. */
+ * per line, and is a measurable share of prefill as a scalar loop (docs/PERFORMANCE.md,
+ * "Vectorised plain loops"). */
 static void scale_row(float *restrict out, const float *restrict acc, float f, int n) {
     int d = 0;
     for (; d + 4 <= n; d += 4) {
@@ -47,7 +48,8 @@ static void finalize_row(const plan *pl, const partials *pt, float sink, float *
     const int Dv = (int)p->Dv;
     if (pt->nc == 1 && sink == -INFINITY && p->ot == SDPA_F32) {
         /* The common case, without the two expf calls below: M = m, weight exp(m - M) = 1
-         * (or 0 with l = 0 when m = -inf), l = l_c. 2% of prefill at Dv = 64. */
+         * (or 0 with l = 0 when m = -inf), l = l_c (docs/PERFORMANCE.md, "Vectorised plain
+         * loops"). */
         const float l = pt->l[0];
         if (l == 0.0f) {
             memset(dst, 0, (size_t)Dv * sizeof(float));

@@ -68,7 +68,8 @@ static void softcap_row(const sdpa_kernels *kt, float *s, int n, float cap, floa
 }
 
 /* p[0 .. n) = -inf, four at a time so the compiler emits baseline-ISA vector stores
- * (basic-block SLP vectorisation, on at -O2; 2% of causal T = 512 as a scalar loop). */
+ * (basic-block SLP vectorisation, on at -O2; docs/PERFORMANCE.md, "Vectorised plain
+ * loops"). */
 static void fill_ninf(float *p, int n) {
     int j = 0;
     for (; j + 4 <= n; j += 4) {
@@ -190,8 +191,8 @@ static int v_block_finite(const char *v, int64_t ldv, sdpa_dtype dt, int n, int 
 }
 
 /* Rows per multi-row P V call in pv_ranges: 8 keeps the per-row remainders (at most 7
- * keys on a causal diagonal) small against a block of 64; 6 and 12 measured the same on
- * prefill-causal. */
+ * keys on a causal diagonal) small against a block of 64 (docs/PERFORMANCE.md,
+ * "RANGE_ROW_GROUP"). */
 #define RANGE_ROW_GROUP 8
 
 /* Key j of a block of V rows starting at v (caller memory, stored as the problem's vt). */
