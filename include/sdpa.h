@@ -289,6 +289,87 @@ SDPA_API sdpa_status sdpa_attention_weights(const sdpa_desc *desc, const sdpa_te
                                             const sdpa_tensor *k, const float *lse,
                                             float *weights);
 
+/* ---- plans: the fused path on the caller's threads ------------------------------- */
+
+/* A plan is sdpa_forward cut into units of work that any thread may run, for engines that
+ * bring their own thread pool (ggml, ONNX Runtime, at::parallel_for, rayon) instead of an
+ * OpenMP team. sdpa_forward is exactly this plan run on an OpenMP team; the results of a
+ * plan are the same bits as sdpa_forward's for any order of the units, any interleaving
+ * and any number of workers.
+ *
+ *     sdpa_plan *plan;
+ *     sdpa_plan_create(&desc, &q, &k, &v, &o, lse, &plan);  validation + all allocation
+ *     each worker: a buffer of sdpa_plan_scratch_size(plan) bytes, 64-byte aligned
+ *     for u in [0, sdpa_plan_units(plan)):        any thread, any order, concurrently:
+ *         sdpa_plan_run(plan, u, scratch_of_this_worker)
+ *     -- every unit done (a barrier) --
+ *     for f in [0, sdpa_plan_finish_units(plan)): any thread, any order, concurrently:
+ *         sdpa_plan_finish(plan, f, scratch_of_this_worker)
+ *     sdpa_plan_destroy(plan)
+ *
+ * Units never allocate, lock or start threads (no OpenMP inside); each writes its own
+ * output rows (or split-KV partials, which the finishing units merge in a fixed order).
+ * A worker's scratch is used by one unit at a time. The plan keeps the views' pointers
+ * and every array the descriptor points to (mask, lengths, slopes, sinks): they must stay
+ * valid and unchanged until the plan is destroyed. desc->num_threads is ignored (the
+ * caller's threads run it); desc->stats is ignored (see sdpa_plan_stats). */
+typedef struct sdpa_plan sdpa_plan;
+
+/* Validates exactly as sdpa_forward does (same statuses, outputs untouched on error) and
+ * allocates everything the call needs except the workers' scratch. *plan is NULL on
+ * error. */
+SDPA_API sdpa_status sdpa_plan_create(const sdpa_desc *desc, const sdpa_tensor *q,
+                                      const sdpa_tensor *k, const sdpa_tensor *v,
+                                      const sdpa_tensor *o, float *lse, sdpa_plan **plan);
+/* Units of the first phase, and finishing units (0 unless the plan splits keys across
+ * units or has rows no packed sequence owns). */
+SDPA_API int64_t sdpa_plan_units(const sdpa_plan *plan);
+SDPA_API int64_t sdpa_plan_finish_units(const sdpa_plan *plan);
+/* Bytes of scratch one worker needs (its buffer must be 64-byte aligned). */
+SDPA_API size_t sdpa_plan_scratch_size(const sdpa_plan *plan);
+/* Run unit `unit` / finishing unit `unit` with a worker's scratch. Errors (nothing run):
+ * SDPA_ERR_NULL_POINTER, SDPA_ERR_MISALIGNED (scratch not 64-byte aligned),
+ * SDPA_ERR_BAD_ARGUMENT (unit out of range). */
+SDPA_API sdpa_status sdpa_plan_run(const sdpa_plan *plan, int64_t unit, void *scratch);
+SDPA_API sdpa_status sdpa_plan_finish(const sdpa_plan *plan, int64_t unit, void *scratch);
+/* The work counters of a plan whose units have all run (threads = 0: the caller's). */
+SDPA_API sdpa_status sdpa_plan_stats(const sdpa_plan *plan, sdpa_stats *stats);
+/* Frees the plan (NULL is a no-op). */
+SDPA_API void sdpa_plan_destroy(sdpa_plan *plan);
+
+/* ---- merging partial attention states ---------------------------------------------- */
+
+/* Attention over a set of keys from attention over disjoint parts of it: given, for the
+ * same rows, n partial results (O_i, lse_i) each over its own keys (lse natural-log, as
+ * sdpa_forward writes it), writes
+ *
+ *     L = log sum_i exp(lse_i)       O = sum_i exp(lse_i - L) O_i
+ *
+ * summed in the order i = 0 .. n-1 (the same bits for the same inputs, any threads).
+ * This is how split-KV decode, context parallelism across ranks and ring attention
+ * combine their pieces; sdpa_forward's own split-KV merge is this function. Edge cases:
+ * a part with lse = -inf (it saw no key) contributes nothing, whatever its O; all parts
+ * -inf gives O = 0 and L = -inf; a NaN lse or NaN in O_i propagates as NaN.
+ *
+ * Shapes: every part and the output are [B, H, T, D] views (o_parts[i], o: sdpa_tensor,
+ * any of fp32/f16/bf16, strides as for sdpa_forward's o); lse_parts[i] and lse are
+ * contiguous fp32 [B, H, T]; lse may be NULL. The output may be the first part itself
+ * (the same view; and lse the same array as lse_parts[0]): engines merge in place; any
+ * other overlap between an output and a part is SDPA_ERR_OVERLAP. Errors as for
+ * sdpa_forward's views (SDPA_ERR_BAD_DIMENSION for parts out of range); nothing is
+ * written on error. */
+typedef struct sdpa_merge_desc {
+    int64_t batch, heads, len; /* B, H, T: 1 .. SDPA_MAX_DIM */
+    int64_t dim;               /* D: 1 .. SDPA_MAX_HEAD_DIM */
+    int parts;                 /* n: 1 .. SDPA_MAX_MERGE_PARTS */
+    int num_threads;           /* as in sdpa_desc */
+} sdpa_merge_desc;
+#define SDPA_MAX_MERGE_PARTS 65536
+
+SDPA_API sdpa_status sdpa_merge(const sdpa_merge_desc *desc, const sdpa_tensor *o_parts,
+                                const float *const *lse_parts, const sdpa_tensor *o,
+                                float *lse);
+
 /* The standard ALiBi slopes for `heads` query heads (Press, Smith, Lewis, "Train Short,
  * Test Long", ICLR 2022, and the rule of its reference code for head counts that are not
  * a power of two, which llama.cpp's max_bias computes too): with n the largest power of

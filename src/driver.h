@@ -75,7 +75,9 @@ typedef struct rows {
 typedef struct scratch {
     float *q, *kp, *s, *o;
     float *m, *l, *alpha, *tmp;
-    float *wts;            /* nchunks floats: the merge's weights */
+    float *wts;            /* nchunks floats: the merge's coefficients */
+    float *lses;           /* nchunks floats: one row's partial lse values */
+    const void **parts;    /* nchunks pointers: one row's partial O rows */
     int64_t *h, *i, *lo, *hi;
     unsigned char *hidden; /* Br x Bc: key hidden from the row, in a masked block */
 } scratch;
@@ -95,12 +97,15 @@ void plan_release(plan *pl);
 void plan_scratch(const plan *pl, void *buf, scratch *w);
 /* The rows of item t, written into w's row arrays. */
 void item_rows(const plan *pl, const scratch *w, int64_t t, rows *it);
-/* Floats of one split-KV partial: m and l of every row, then the O rows. */
+/* Floats of one split-KV partial: the lse of every row, then the normalised O rows. */
 size_t partial_floats(const plan *pl);
 /* Run phase-1 unit u / finishing unit f with worker scratch w (any order within a
  * phase, any thread; every unit of phase 1 before any finishing unit). */
 void plan_run_unit(const plan *pl, int64_t u, const scratch *w);
 void plan_finish_unit(const plan *pl, int64_t f, const scratch *w);
+/* The counters of a plan whose units have all run, with the threads that ran them and
+ * the bytes of their scratch. */
+void plan_stats(const plan *pl, int threads, size_t worker_bytes, sdpa_stats *stats);
 
 /* ---- tile.c ---- */
 
@@ -137,6 +142,15 @@ void pv_block(const plan *pl, const rows *it, const scratch *w, int ra, int rb, 
 
 /* Finalise the real rows of an item whose single partial is in w, and its padding rows. */
 void finalize_item(const plan *pl, const rows *it, const scratch *w);
+/* One part's normalised state from the online softmax's (m, l, O): *lse = m + log l and
+ * O /= l in place, or *lse = -inf (O untouched) when l = 0. */
+void sdpa_partial_of(float m, float l, float *o, int64_t D, float *lse);
+/* Output row dst (D elements of ot) and *lse_out (if non-NULL) merged from n parts:
+ * parts[i] (dts[i], or fp32 when dts is NULL) with lse lses[i], and a value-less part of
+ * logit sink (-inf: none); coef holds n floats of scratch. See finalize.c. */
+void sdpa_merge_row(int n, const void *const *parts, const sdpa_dtype *dts, const float *lses,
+                    float sink, int64_t D, void *dst, sdpa_dtype ot, float *lse_out,
+                    float *coef);
 /* Merge item t's split-KV partials into its output rows. */
 void merge_item(const plan *pl, const scratch *w, int64_t t);
 /* Under packed varlen, the view rows no sequence owns: zeros and lse -inf. */

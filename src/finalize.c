@@ -3,26 +3,23 @@
  * several merged in a fixed order (split-KV), the sink logit, padding rows and the rows
  * no packed sequence owns, and the 16-bit rounding of O. Portable C, no kernels.
  *
- * Finalisation of row r from its units' partials (m_c, l_c, O_c), c in a fixed order,
- * with the sink logit s_h when sinks are on (else s_h = -inf):
+ * A unit leaves, per row, the running state of the online softmax: m (the max score),
+ * l (the sum of exp(s - m)) and O (the sum of exp(s - m) V). One part finalises as
  *
- *   M = max(max_c m_c, s_h)
- *   l = sum_c exp(m_c - M) l_c + exp(s_h - M);  O = sum_c exp(m_c - M) O_c
- *   o_r = O / l,  lse_r = M + log(l);   l == 0 (nothing visible): o_r = 0, lse_r = -inf
+ *   o_r = O / l,  lse_r = m + log(l);     l == 0 (nothing visible): o_r = 0, lse_r = -inf
+ *
+ * Several parts (split-KV chunks, c in a fixed order) are first normalised to
+ * (O_c / l_c, lse_c) and then merged by sdpa_merge_row, the same function sdpa_merge
+ * runs for callers, with the head's sink logit s_h as one more part without a value:
+ *
+ *   M = max(max_c lse_c, s_h);  L = sum_c exp(lse_c - M) + exp(s_h - M)
+ *   o_r = sum_c (exp(lse_c - M) / L) O_c / l_c,   lse_r = M + log(L)
  */
 #include <math.h>
 #include <string.h>
 
 #include "../kernels/convert.h"
 #include "driver.h"
-
-/* One row's partial results: nc (m, l, O) triples, O rows ldo floats apart. */
-typedef struct partials {
-    int nc;
-    const float *m, *l; /* m[c * stride], l[c * stride] */
-    const float *o;     /* o + c * ostride */
-    size_t stride, ostride;
-} partials;
 
 /* out[0 .. n) = acc[0 .. n) * f, four at a time with restrict so the compiler emits one
  * baseline-ISA vector op per group: this pass writes the caller's output, a cache miss
@@ -40,74 +37,101 @@ static void scale_row(float *restrict out, const float *restrict acc, float f, i
         out[d] = acc[d] * f;
 }
 
-/* Write output row `dst` (and *lse) from a row's partials; see the header comment. wts
- * holds nc floats of scratch. */
-static void finalize_row(const plan *pl, const partials *pt, float sink, float *wts,
+static void store(void *row, int64_t d, sdpa_dtype t, float x) {
+    switch (t) {
+    case SDPA_F16:
+        ((uint16_t *)row)[d] = sdpa_f32_to_f16(x);
+        break;
+    case SDPA_BF16:
+        ((uint16_t *)row)[d] = sdpa_f32_to_bf16(x);
+        break;
+    case SDPA_F32:
+        ((float *)row)[d] = x;
+        break;
+    }
+}
+
+void sdpa_merge_row(int n, const void *const *parts, const sdpa_dtype *dts, const float *lses,
+                    float sink, int64_t D, void *dst, sdpa_dtype ot, float *lse_out,
+                    float *coef) {
+    float M = sink;
+    int nan = isnan(sink);
+    for (int i = 0; i < n; i++) {
+        if (isnan(lses[i]))
+            nan = 1;
+        else if (lses[i] > M)
+            M = lses[i];
+    }
+    if (nan || M == -INFINITY) { /* a NaN anywhere, or nothing seen by any part */
+        for (int64_t d = 0; d < D; d++)
+            store(dst, d, ot, nan ? NAN : 0.0f);
+        if (lse_out)
+            *lse_out = nan ? NAN : -INFINITY;
+        return;
+    }
+    float L = sink == -INFINITY ? 0.0f : expf(sink - M);
+    for (int i = 0; i < n; i++) {
+        coef[i] = lses[i] == -INFINITY ? 0.0f : expf(lses[i] - M);
+        L += coef[i];
+    }
+    const float inv = 1.0f / L;
+    for (int i = 0; i < n; i++)
+        coef[i] *= inv;
+    for (int64_t d = 0; d < D; d++) {
+        float acc = 0.0f;
+        for (int i = 0; i < n; i++)
+            if (lses[i] != -INFINITY) /* a part that saw nothing adds nothing, even NaN */
+                acc += coef[i] * sdpa_load_as_f32(parts[i], d, dts ? dts[i] : SDPA_F32);
+        store(dst, d, ot, acc);
+    }
+    if (lse_out)
+        *lse_out = M + logf(L);
+}
+
+void sdpa_partial_of(float m, float l, float *o, int64_t D, float *lse) {
+    if (l == 0.0f) { /* no visible key in this part: it contributes nothing */
+        *lse = -INFINITY;
+        return;
+    }
+    /* as in the kernels' softmax: a max of -inf subtracts 0 */
+    *lse = (m == -INFINITY ? 0.0f : m) + logf(l);
+    const float inv = 1.0f / l;
+    for (int64_t d = 0; d < D; d++)
+        o[d] *= inv;
+}
+
+/* Write output row dst (and *lse) from a row's one partial (m, l, O unnormalised) and
+ * the head's sink logit (-inf: none). */
+static void finalize_row(const plan *pl, float m, float l, float *o, float sink, float *coef,
                          void *restrict dst, float *lse) {
     const sdpa_problem *p = &pl->p;
     const int Dv = (int)p->Dv;
-    if (pt->nc == 1 && sink == -INFINITY && p->ot == SDPA_F32) {
-        /* The common case, without the two expf calls below: M = m, weight exp(m - M) = 1
-         * (or 0 with l = 0 when m = -inf), l = l_c (docs/PERFORMANCE.md, "Vectorised plain
+    if (sink == -INFINITY) {
+        /* The common case, without the merge's exps: the one part's weight is 1 (or 0
+         * with l = 0 when nothing was visible) (docs/PERFORMANCE.md, "Vectorised plain
          * loops"). */
-        const float l = pt->l[0];
         if (l == 0.0f) {
-            memset(dst, 0, (size_t)Dv * sizeof(float));
+            memset(dst, 0, (size_t)Dv * sdpa_dtype_size(p->ot));
             if (lse)
                 *lse = -INFINITY;
             return;
         }
-        scale_row(dst, pt->o, 1.0f / l, Dv);
-        if (lse)
-            *lse = (pt->m[0] == -INFINITY ? 0.0f : pt->m[0]) + logf(l);
-        return;
-    }
-    float M = sink;
-    for (int c = 0; c < pt->nc; c++) {
-        const float mc = pt->m[(size_t)c * pt->stride];
-        if (mc > M || isnan(mc))
-            M = mc;
-    }
-    /* as in the kernels' softmax: a max of -inf (no visible key, no sink) subtracts 0, so
-     * every weight is exp(-inf) = 0 and a NaN l_c still reaches l */
-    const float mu = M == -INFINITY ? 0.0f : M;
-    float l = expf(sink - mu);
-    for (int c = 0; c < pt->nc; c++) {
-        wts[c] = expf(pt->m[(size_t)c * pt->stride] - mu);
-        l += wts[c] * pt->l[(size_t)c * pt->stride];
-    }
-    if (l == 0.0f) { /* nothing visible: zeros, lse = -inf */
-        memset(dst, 0, (size_t)Dv * sdpa_dtype_size(p->ot));
-        if (lse)
-            *lse = -INFINITY;
-        return;
-    }
-    const float inv = 1.0f / l;
-    if (pt->nc == 1 && p->ot == SDPA_F32) { /* the common case: one partial, fp32 out */
-        scale_row(dst, pt->o, wts[0] * inv, Dv);
-        if (lse)
-            *lse = mu + logf(l);
-        return;
-    }
-    for (int d = 0; d < Dv; d++) {
-        float acc = wts[0] * pt->o[d];
-        for (int c = 1; c < pt->nc; c++)
-            acc += wts[c] * pt->o[(size_t)c * pt->ostride + (size_t)d];
-        const float x = acc * inv;
-        switch (p->ot) {
-        case SDPA_F16:
-            ((uint16_t *)dst)[d] = sdpa_f32_to_f16(x);
-            break;
-        case SDPA_BF16:
-            ((uint16_t *)dst)[d] = sdpa_f32_to_bf16(x);
-            break;
-        case SDPA_F32:
-            ((float *)dst)[d] = x;
-            break;
+        if (p->ot == SDPA_F32) {
+            scale_row(dst, o, 1.0f / l, Dv);
+        } else {
+            const float inv = 1.0f / l;
+            for (int d = 0; d < Dv; d++)
+                store(dst, d, p->ot, o[d] * inv);
         }
+        if (lse)
+            *lse = (m == -INFINITY ? 0.0f : m) + logf(l);
+        return;
     }
-    if (lse)
-        *lse = mu + logf(l);
+    /* with a sink: the row's part merged with the sink logit, a part with no value */
+    float lse1;
+    sdpa_partial_of(m, l, o, Dv, &lse1);
+    const void *part = o;
+    sdpa_merge_row(1, &part, NULL, &lse1, sink, Dv, dst, p->ot, lse, coef);
 }
 
 /* Output row and lse slot of row r of an item. */
@@ -135,29 +159,32 @@ static void write_padding(const plan *pl, const rows *it, const scratch *w) {
 
 void finalize_item(const plan *pl, const rows *it, const scratch *w) {
     for (int r = 0; r < it->mvalid; r++) {
-        const partials pt = {1, &w->m[r], &w->l[r], w->o + (size_t)r * (size_t)pl->ldo, 0, 0};
         float *lse;
         void *dst = out_row(pl, it, w, r, &lse);
         const float sink = pl->p.sinks ? pl->p.sinks[w->h[r]] : -INFINITY;
-        finalize_row(pl, &pt, sink, w->tmp, dst, lse);
+        finalize_row(pl, w->m[r], w->l[r], w->o + (size_t)r * (size_t)pl->ldo, sink, w->wts,
+                     dst, lse);
     }
     write_padding(pl, it, w);
 }
-
-/* ---- planning and threads ----------------------------------------------------- */
 
 void merge_item(const plan *pl, const scratch *w, int64_t t) {
     rows it;
     item_rows(pl, w, t, &it);
     const size_t pf = partial_floats(pl), mr = (size_t)pl->mrows;
     const float *base = pl->part + (size_t)(t * pl->nchunks) * pf;
+    const int nc = (int)pl->nchunks;
     for (int r = 0; r < it.mvalid; r++) {
-        const partials pt = {(int)pl->nchunks, base + r, base + mr + (size_t)r,
-                             base + 2 * mr + (size_t)r * (size_t)pl->p.Dv, pf, pf};
+        /* chunk c's partial of row r: its lse at base + c pf + r, its O row after the
+         * lse of every row */
+        for (int c = 0; c < nc; c++) {
+            w->lses[c] = base[(size_t)c * pf + (size_t)r];
+            w->parts[c] = base + (size_t)c * pf + mr + (size_t)r * (size_t)pl->p.Dv;
+        }
         float *lse;
         void *dst = out_row(pl, &it, w, r, &lse);
         const float sink = pl->p.sinks ? pl->p.sinks[w->h[r]] : -INFINITY;
-        finalize_row(pl, &pt, sink, w->wts, dst, lse);
+        sdpa_merge_row(nc, w->parts, NULL, w->lses, sink, pl->p.Dv, dst, pl->p.ot, lse, w->wts);
     }
     write_padding(pl, &it, w);
 }

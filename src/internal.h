@@ -103,6 +103,11 @@ sdpa_status sdpa_validate_weights(const sdpa_desc *desc, const sdpa_tensor *q,
                                   const sdpa_tensor *k, const float *lse, const float *weights,
                                   sdpa_problem *p);
 
+/* The views of sdpa_merge (parts, their lse arrays, the output and its optional lse). */
+sdpa_status sdpa_validate_merge(const sdpa_merge_desc *d, const sdpa_tensor *parts,
+                                const float *const *lses, const sdpa_tensor *o,
+                                const float *lse);
+
 /* One batch entry's geometry: its own row and key counts, where its rows start in the
  * views (non-zero only under packed varlen), and the offset of its diagonal,
  * d(i) = i + off (sdpa.h, sdpa_causal). */

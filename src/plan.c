@@ -73,6 +73,8 @@ static size_t scratch_layout(const plan *pl, char *base, scratch *w) {
     CARVE(alpha, float, br);
     CARVE(tmp, float, (size_t)pl->lds);
     CARVE(wts, float, (size_t)pl->nchunks);
+    CARVE(lses, float, (size_t)pl->nchunks);
+    CARVE(parts, const void *, (size_t)pl->nchunks);
     CARVE(h, int64_t, br);
     CARVE(i, int64_t, br);
     CARVE(lo, int64_t, br);
@@ -85,7 +87,7 @@ static size_t scratch_layout(const plan *pl, char *base, scratch *w) {
 void plan_scratch(const plan *pl, void *buf, scratch *w) { scratch_layout(pl, buf, w); }
 
 size_t partial_floats(const plan *pl) {
-    return 2 * (size_t)pl->mrows + (size_t)pl->mrows * (size_t)pl->p.Dv;
+    return (size_t)pl->mrows + (size_t)pl->mrows * (size_t)pl->p.Dv;
 }
 
 void plan_init(plan *pl, const sdpa_kernels *kt, const sdpa_problem *p, int mode,
@@ -227,13 +229,13 @@ void plan_run_unit(const plan *pl, int64_t u, const scratch *w) {
         finalize_item(pl, &it, w);
         return;
     }
+    /* the chunk's normalised partial of each real row: its lse, its O / l */
     float *dst = pl->part + (size_t)u * partial_floats(pl);
     const size_t mr = (size_t)pl->mrows;
     for (int r = 0; r < it.mvalid; r++) {
-        dst[r] = w->m[r];
-        dst[mr + (size_t)r] = w->l[r];
-        memcpy(dst + 2 * mr + (size_t)r * (size_t)pl->p.Dv, w->o + (size_t)r * (size_t)pl->ldo,
-               (size_t)pl->p.Dv * sizeof(float));
+        float *orow = w->o + (size_t)r * (size_t)pl->ldo;
+        sdpa_partial_of(w->m[r], w->l[r], orow, pl->p.Dv, &dst[r]);
+        memcpy(dst + mr + (size_t)r * (size_t)pl->p.Dv, orow, (size_t)pl->p.Dv * sizeof(float));
     }
 }
 
@@ -242,4 +244,103 @@ void plan_finish_unit(const plan *pl, int64_t f, const scratch *w) {
         merge_item(pl, w, f);
     else
         write_orphan_rows(pl);
+}
+
+/* ---- the public plan API (sdpa.h) ---------------------------------------------------- */
+
+sdpa_status sdpa_plan_create(const sdpa_desc *desc, const sdpa_tensor *q, const sdpa_tensor *k,
+                             const sdpa_tensor *v, const sdpa_tensor *o, float *lse,
+                             sdpa_plan **out) {
+    if (!out)
+        return SDPA_ERR_NULL_POINTER;
+    *out = NULL;
+    sdpa_problem p;
+    sdpa_status st = sdpa_validate(desc, q, k, v, o, lse, &p);
+    if (st != SDPA_OK)
+        return st;
+    const sdpa_kernels *kt = sdpa_dispatch_table((sdpa_isa)p.isa);
+    if (!kt)
+        return SDPA_ERR_UNSUPPORTED_ISA;
+    plan *pl = sdpa_alloc(sizeof *pl);
+    if (!pl)
+        return SDPA_ERR_OUT_OF_MEMORY;
+    plan_init(pl, kt, &p, PLAN_FORWARD, NULL);
+    if (plan_alloc(pl) != SDPA_OK) {
+        sdpa_free(pl);
+        return SDPA_ERR_OUT_OF_MEMORY;
+    }
+    *out = pl;
+    return SDPA_OK;
+}
+
+int64_t sdpa_plan_units(const sdpa_plan *pl) { return pl ? pl->units : 0; }
+
+int64_t sdpa_plan_finish_units(const sdpa_plan *pl) { return pl ? pl->finish_units : 0; }
+
+size_t sdpa_plan_scratch_size(const sdpa_plan *pl) { return pl ? pl->scratch_bytes : 0; }
+
+/* The checks both run functions make before running anything. */
+static sdpa_status unit_args(const plan *pl, int64_t unit, int64_t count, const void *buf) {
+    if (!pl || !buf)
+        return SDPA_ERR_NULL_POINTER;
+    if ((uintptr_t)buf % 64 != 0)
+        return SDPA_ERR_MISALIGNED;
+    if (unit < 0 || unit >= count)
+        return SDPA_ERR_BAD_ARGUMENT;
+    return SDPA_OK;
+}
+
+sdpa_status sdpa_plan_run(const sdpa_plan *pl, int64_t unit, void *buf) {
+    const sdpa_status st = unit_args(pl, unit, pl ? pl->units : 0, buf);
+    if (st != SDPA_OK)
+        return st;
+    scratch w;
+    plan_scratch(pl, buf, &w);
+    plan_run_unit(pl, unit, &w);
+    return SDPA_OK;
+}
+
+sdpa_status sdpa_plan_finish(const sdpa_plan *pl, int64_t unit, void *buf) {
+    const sdpa_status st = unit_args(pl, unit, pl ? pl->finish_units : 0, buf);
+    if (st != SDPA_OK)
+        return st;
+    scratch w;
+    plan_scratch(pl, buf, &w);
+    plan_finish_unit(pl, unit, &w);
+    return SDPA_OK;
+}
+
+void plan_stats(const plan *pl, int threads, size_t worker_bytes, sdpa_stats *stats) {
+    counters tot = {0, 0, 0};
+    for (int64_t u = 0; u < pl->units; u++) {
+        tot.computed += pl->counts[u].computed;
+        tot.masked += pl->counts[u].masked;
+        tot.total += pl->counts[u].total;
+    }
+    stats->isa = pl->kt->isa;
+    stats->threads = threads;
+    stats->block_q = pl->br;
+    stats->block_kv = pl->bc;
+    stats->work_items = pl->items;
+    stats->blocks_total = tot.total;
+    stats->blocks_computed = tot.computed;
+    stats->blocks_skipped = tot.total - tot.computed;
+    stats->blocks_masked = tot.masked;
+    stats->scratch_bytes =
+        (int64_t)(worker_bytes + (size_t)pl->units * sizeof(counters) +
+                  (pl->chunk ? (size_t)pl->units * partial_floats(pl) * sizeof(float) : 0));
+}
+
+sdpa_status sdpa_plan_stats(const sdpa_plan *pl, sdpa_stats *stats) {
+    if (!pl || !stats)
+        return SDPA_ERR_NULL_POINTER;
+    plan_stats(pl, 0, 0, stats);
+    return SDPA_OK;
+}
+
+void sdpa_plan_destroy(sdpa_plan *pl) {
+    if (!pl)
+        return;
+    plan_release(pl);
+    sdpa_free(pl);
 }

@@ -107,26 +107,8 @@ sdpa_status sdpa_forward_with(const sdpa_kernels *kt, const sdpa_problem *p,
         return SDPA_ERR_OUT_OF_MEMORY;
     }
     const int used = run_plan(&pl, nt, buf);
-    if (stats) {
-        counters tot = {0, 0, 0};
-        for (int64_t u = 0; u < pl.units; u++) {
-            tot.computed += pl.counts[u].computed;
-            tot.masked += pl.counts[u].masked;
-            tot.total += pl.counts[u].total;
-        }
-        stats->isa = kt->isa;
-        stats->threads = used;
-        stats->block_q = pl.br;
-        stats->block_kv = pl.bc;
-        stats->work_items = pl.items;
-        stats->blocks_total = tot.total;
-        stats->blocks_computed = tot.computed;
-        stats->blocks_skipped = tot.total - tot.computed;
-        stats->blocks_masked = tot.masked;
-        stats->scratch_bytes =
-            (int64_t)(pl.scratch_bytes * (size_t)nt + (size_t)pl.units * sizeof(counters) +
-                      (pl.chunk ? (size_t)pl.units * partial_floats(&pl) * sizeof(float) : 0));
-    }
+    if (stats)
+        plan_stats(&pl, used, pl.scratch_bytes * (size_t)nt, stats);
     sdpa_free(buf);
     plan_release(&pl);
     return SDPA_OK;

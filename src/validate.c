@@ -359,3 +359,42 @@ sdpa_status sdpa_validate_weights(const sdpa_desc *desc, const sdpa_tensor *q,
     CHECK(weights != NULL, SDPA_ERR_NULL_POINTER);
     return validate(desc, q, k, NULL, NULL, lse, weights, p);
 }
+
+/* The merge's views: n parts [B, H, T, D] (inputs) with their lse arrays, the output view
+ * and its optional lse. The output may be exactly the first part (same data, dtype and
+ * strides) and its lse exactly the first part's lse: engines merge in place, and each
+ * output element is written only after the parts' elements at that position are read.
+ * Any other overlap of an output with a part is refused. */
+sdpa_status sdpa_validate_merge(const sdpa_merge_desc *d, const sdpa_tensor *parts,
+                                const float *const *lses, const sdpa_tensor *o,
+                                const float *lse) {
+    CHECK(d != NULL && parts != NULL && lses != NULL && o != NULL, SDPA_ERR_NULL_POINTER);
+    const int64_t dims[3] = {d->batch, d->heads, d->len};
+    for (int i = 0; i < 3; i++)
+        CHECK(dims[i] >= 1 && dims[i] <= SDPA_MAX_DIM, SDPA_ERR_BAD_DIMENSION);
+    CHECK(d->dim >= 1 && d->dim <= SDPA_MAX_HEAD_DIM, SDPA_ERR_BAD_DIMENSION);
+    CHECK(d->parts >= 1 && d->parts <= SDPA_MAX_MERGE_PARTS, SDPA_ERR_BAD_DIMENSION);
+    CHECK(d->num_threads >= 0, SDPA_ERR_BAD_ARGUMENT);
+    sdpa_span so, sl = {0, 0};
+    TRY(check_tensor(o, dims, d->dim, 1, &so));
+    /* B H T fits int64: o's extent covers B H T distinct rows */
+    const int64_t rows = d->batch * d->heads * d->len;
+    if (lse)
+        TRY(sdpa_check_array(lse, rows, sizeof(float), &sl));
+    CHECK(!lse || !sdpa_spans_overlap(sl, so), SDPA_ERR_OVERLAP);
+    for (int i = 0; i < d->parts; i++) {
+        sdpa_span sp, slp;
+        TRY(check_tensor(&parts[i], dims, d->dim, 0, &sp));
+        CHECK(lses[i] != NULL, SDPA_ERR_NULL_POINTER);
+        TRY(sdpa_check_array(lses[i], rows, sizeof(float), &slp));
+        const int same_o = i == 0 && parts[0].data == o->data && parts[0].dtype == o->dtype &&
+                           parts[0].stride_b == o->stride_b && parts[0].stride_h == o->stride_h &&
+                           parts[0].stride_t == o->stride_t;
+        const int same_lse = i == 0 && lse == lses[0];
+        CHECK(same_o || !sdpa_spans_overlap(so, sp), SDPA_ERR_OVERLAP);
+        CHECK(!sdpa_spans_overlap(so, slp), SDPA_ERR_OVERLAP);
+        CHECK(!lse || !sdpa_spans_overlap(sl, sp), SDPA_ERR_OVERLAP);
+        CHECK(!lse || same_lse || !sdpa_spans_overlap(sl, slp), SDPA_ERR_OVERLAP);
+    }
+    return SDPA_OK;
+}
