@@ -48,6 +48,22 @@ extern "C" {
 #define SDPA_API __attribute__((visibility("default")))
 #endif
 
+/* ABI levels. Descriptors grow only by fields appended at their end; each release that
+ * appends one is a new ABI level, and the library keeps serving every earlier level, so
+ * a program built against an older header keeps working with a newer libsdpa.so.0
+ * (README, "ABI policy"). The entry points that take a descriptor whose layout changed
+ * since level 1 (0.1.0) are renamed below to this level's symbols, so a caller built
+ * against this header binds to this header's layouts; one built against 0.1.0 calls the
+ * plain names, which read 0.1.0's layouts. Take their addresses through these names as
+ * usual. */
+#define SDPA_ABI_VERSION 2
+#define sdpa_forward sdpa_forward_abi2
+#define sdpa_reference sdpa_reference_abi2
+#define sdpa_attention_weights sdpa_attention_weights_abi2
+#define sdpa_mha_workspace_size sdpa_mha_workspace_size_abi2
+#define sdpa_mha_forward sdpa_mha_forward_abi2
+#define sdpa_plan_create sdpa_plan_create_abi2
+
 /* Version of this header; sdpa_version() returns the version of the linked library. */
 #define SDPA_VERSION_MAJOR 0
 #define SDPA_VERSION_MINOR 1

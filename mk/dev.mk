@@ -55,7 +55,7 @@ FUZZ_INSTR   := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recove
                 -fno-omit-frame-pointer
 FUZZ_CFLAGS  := -std=c11 -D_DEFAULT_SOURCE $(WARN) $(CFLAGS) -fopenmp -Iinclude
 FUZZ_OBJS    := $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(LIB_SRCS))
-FUZZ_SRCS    := tests/fuzz/fuzz_main.c tests/fuzz/fuzz_core.c tests/harness.c tests/oracle.c
+FUZZ_SRCS    := tests/fuzz/fuzz_main.c tests/fuzz/fuzz_core.c common/case.c tests/oracle.c
 
 .PHONY: fuzz fuzz-isas fuzz-corpus tsan valgrind valgrind-build
 $(FUZZ_BUILD)/obj/src/%.o: src/%.c
@@ -70,7 +70,7 @@ $(FUZZ_BUILD)/obj/kernels/%.o: kernels/%.c
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(ISAFLAGS_$(word 2,$(subst /, ,$<))) -MMD -MP -c $< -o $@
 
-$(FUZZ_BUILD)/sdpa-fuzz: $(FUZZ_SRCS) tests/fuzz/fuzz_core.h tests/harness.h $(FUZZ_OBJS)
+$(FUZZ_BUILD)/sdpa-fuzz: $(FUZZ_SRCS) tests/fuzz/fuzz_core.h common/case.h $(FUZZ_OBJS)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
 	  -fno-sanitize-recover=all -fno-omit-frame-pointer -o $@ $(FUZZ_SRCS) $(FUZZ_OBJS) \
 	  -fopenmp=libomp -lm -lpthread
@@ -130,3 +130,12 @@ valgrind-isa-%: valgrind-build
 	SDPA_ISA=$* OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive valgrind -q --error-exitcode=99 \
 	  --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=definite \
 	  ./$(VALGRIND_BUILD)/sdpa-test --quick --isa $* $(VALGRIND_SUITES)
+
+# ---- ABI: a program built against the previous release's header ---------------------
+# tests/abi/sdpa-0.1.0.h is the 0.1.0 include/sdpa.h, kept verbatim; the caller built
+# against it runs against this build's shared library (README, "ABI policy").
+.PHONY: abi-test
+abi-test: $(BUILD)/libsdpa.so
+	$(CC) -std=c11 $(WARN) -Itests/abi tests/abi/old_caller.c -o $(BUILD)/abi-old-caller \
+	  -L$(BUILD) -lsdpa -lm
+	LD_LIBRARY_PATH=$(BUILD) ./$(BUILD)/abi-old-caller

@@ -217,6 +217,18 @@ _PROTOTYPES = {
 }
 
 
+# The ABI level these structs describe (include/sdpa.h SDPA_ABI_VERSION), and the entry
+# points the header renames to that level's symbols: the plain names are the level-1
+# (0.1.0) entry points, which read 0.1.0's smaller layouts.
+ABI_VERSION = 2
+_ABI_RENAMED = ("sdpa_forward", "sdpa_reference", "sdpa_attention_weights",
+                "sdpa_mha_workspace_size", "sdpa_mha_forward")
+
+
+def _symbol(name: str) -> str:
+    return f"{name}_abi{ABI_VERSION}" if name in _ABI_RENAMED else name
+
+
 def _candidates() -> list:
     """Where the shared library may be, in the order tried: $LIBSDPA_LIBRARY, the copy
     bundled by ``pip install ./python``, then the repository's build/ when the package is
@@ -256,7 +268,7 @@ class Api:
             raise ImportError("libsdpa: cannot load the shared library (" + "; ".join(errors)
                               + "); install with `pip install ./python` or set LIBSDPA_LIBRARY")
         for name, (restype, argtypes) in _PROTOTYPES.items():
-            fn = getattr(self.cdll, name)
+            fn = getattr(self.cdll, _symbol(name))
             fn.restype = restype
             fn.argtypes = argtypes
             setattr(self, name, fn)

@@ -58,3 +58,18 @@ def test_enums_match_the_header():
         for member in enum_cls:
             want = f"{prefix}{member.name} = {int(member)}"
             assert want in text, f"{enum_cls.__name__}.{member.name}: no '{want}' in sdpa.h"
+
+
+def test_abi_level_and_symbols_match_the_header():
+    """The binding binds the renamed entry points of its ABI level (sdpa.h renames them
+    with #define name name_abiN): a header that moved to another level, or renamed another
+    function, must be followed here."""
+    text = (ROOT / "include" / "sdpa.h").read_text() if (ROOT / "include").exists() else None
+    if text is None:
+        pytest.skip("needs include/sdpa.h (a source checkout)")
+    assert f"#define SDPA_ABI_VERSION {_capi.ABI_VERSION}\n" in text
+    renamed = {line.split()[1] for line in text.splitlines()
+               if line.startswith("#define sdpa_") and line.split()[2].endswith(
+                   f"_abi{_capi.ABI_VERSION}")}
+    bound = {n for n in renamed if n in _capi._PROTOTYPES}
+    assert bound == set(_capi._ABI_RENAMED) & set(_capi._PROTOTYPES), (renamed, bound)

@@ -1,0 +1,376 @@
+/*
+ * sdpa.h - the public API of libsdpa, fused scaled-dot-product attention for CPUs.
+ *
+ * This is the only public header. It declares the descriptor that says what to compute,
+ * the tensor views that say where the operands live, the fused entry point
+ * (sdpa_forward), the naive reference with the same signature (sdpa_reference), status
+ * codes and ISA control. It is not a tensor library: libsdpa never allocates, copies or
+ * owns caller tensors, and it computes the forward pass only (inference).
+ *
+ * What is computed, for every batch entry b, query head h, query row i:
+ *
+ *     s(j)      = scale * <Q[b,h,i,:], K[b,h/g,j,:]>        g = heads_q / heads_kv
+ *     O[b,h,i,:] = sum_j softmax_j(s) * V[b,h/g,j,:]        over the visible keys j
+ *     lse[b,h,i] = log(sum_j exp(s(j)))                     over the visible keys j
+ *
+ * Semantics shared by sdpa_forward and sdpa_reference:
+ *   - scale 0 means 1/sqrt(dim_qk).
+ *   - Causal is bottom-right aligned: query row i sees key j iff j <= i + (len_kv - len_q).
+ *     For len_q == len_kv this is the usual lower triangle.
+ *   - A row with no visible key outputs zeros and lse = -inf (never NaN from masking).
+ *     A masked key contributes exactly 0 whatever its score (even NaN or inf).
+ *   - NaN in a visible input propagates as NaN to the rows that see it.
+ *   - Results do not depend on the thread count: same inputs, same bits, for any
+ *     num_threads (fixed reduction order, fixed work split).
+ *   - On any error the outputs (o and lse) are not written.
+ *   - Thread-safe: any number of threads may call sdpa_forward/sdpa_reference at once.
+ *
+ * Units: dimensions are element counts; strides are element counts (not bytes).
+ */
+#ifndef SDPA_H
+#define SDPA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define SDPA_API
+#else
+#define SDPA_API __attribute__((visibility("default")))
+#endif
+
+/* Version of this header; sdpa_version() returns the version of the linked library. */
+#define SDPA_VERSION_MAJOR 0
+#define SDPA_VERSION_MINOR 1
+#define SDPA_VERSION_PATCH 0
+#define SDPA_VERSION_STRING "0.1.0"
+
+/* Status codes. Every function that can fail returns one; SDPA_OK is 0. */
+typedef enum sdpa_status {
+    SDPA_OK = 0,
+    SDPA_ERR_NULL_POINTER = 1,  /* a required pointer (descriptor, view, data) is NULL */
+    SDPA_ERR_BAD_DIMENSION = 2, /* a dimension is <= 0 or above SDPA_MAX_DIM/SDPA_MAX_HEAD_DIM */
+    SDPA_ERR_BAD_HEADS = 3,     /* heads_q is not a multiple of heads_kv */
+    SDPA_ERR_BAD_STRIDE = 4,    /* a negative stride, a row stride of an output that makes
+                                   two output elements share memory */
+    SDPA_ERR_OVERFLOW = 5,      /* an operand's extent in bytes overflows int64/size_t or
+                                   the address space */
+    SDPA_ERR_OVERLAP = 6,       /* an output (o or lse) shares memory with an input or with
+                                   the other output */
+    SDPA_ERR_BAD_DTYPE = 7,     /* an unknown dtype, or one this build does not support */
+    SDPA_ERR_BAD_ARGUMENT = 8,  /* another field out of range: scale or softcap not
+                                   finite (or softcap < 0), negative num_threads or window
+                                   extent, unknown causal, isa or mask kind, a mask kind
+                                   without data or data without a kind, dropout_p outside
+                                   [0, 1) or dimensions beyond the dropout counter, an
+                                   ALiBi slope that is not finite, a sink that is NaN or
+                                   +inf */
+    SDPA_ERR_OUT_OF_MEMORY = 9, /* scratch allocation failed */
+    SDPA_ERR_UNSUPPORTED_ISA = 10, /* the ISA asked for is not built in or not usable on
+                                      this CPU */
+    SDPA_ERR_MISALIGNED = 11,      /* a data pointer is not aligned to its element size */
+    SDPA_ERR_BAD_LENGTHS = 12      /* q_lens/kv_lens/cu_seqlens out of range, decreasing,
+                                      or combined in a way the descriptor forbids */
+} sdpa_status;
+
+/* Returns a static, human-readable description of a status (never NULL). */
+SDPA_API const char *sdpa_strerror(sdpa_status status);
+
+/* Returns the library version as "MAJOR.MINOR.PATCH" (static string). */
+SDPA_API const char *sdpa_version(void);
+
+/* Element types. Every operand carries its own dtype (Q, K, V and O may all differ);
+ * 0 is fp32. Arithmetic is always fp32: 16-bit operands are widened exactly while they
+ * are packed into tiles (never copied whole), and O is rounded to nearest-even once. */
+typedef enum sdpa_dtype {
+    SDPA_F32 = 0,  /* IEEE-754 binary32 */
+    SDPA_F16 = 1,  /* IEEE-754 binary16 */
+    SDPA_BF16 = 2  /* bfloat16 (the upper half of a binary32) */
+} sdpa_dtype;
+
+/* A strided view of a 4-d operand [B, H, T, D] whose last dimension is contiguous.
+ * Element (b, h, t, d) lives at ((T_*)data)[b*stride_b + h*stride_h + t*stride_t + d].
+ * Strides are in elements, must be >= 0. Inputs may use any non-negative strides
+ * (stride 0 broadcasts). Outputs must not map two elements to the same address.
+ * data of an input is never written through, even though the field is not const. */
+typedef struct sdpa_tensor {
+    void *data;        /* element [0,0,0,0]; suitably aligned for its dtype */
+    sdpa_dtype dtype;  /* element type; 0 = SDPA_F32 */
+    int64_t stride_b;  /* elements between batch entries */
+    int64_t stride_h;  /* elements between heads */
+    int64_t stride_t;  /* elements between rows (tokens) */
+} sdpa_tensor;
+
+/* View of a contiguous [B, H, T, D] tensor (heads-major, PyTorch's SDPA layout). */
+SDPA_API sdpa_tensor sdpa_tensor_bhtd(const void *data, sdpa_dtype dtype, int64_t heads,
+                                      int64_t len, int64_t dim);
+/* View of a contiguous [B, T, H, D] tensor (tokens-major, the layout projections write). */
+SDPA_API sdpa_tensor sdpa_tensor_bthd(const void *data, sdpa_dtype dtype, int64_t heads,
+                                      int64_t len, int64_t dim);
+
+/* Causal masking modes. The alignment they set (the "diagonal" of row i, d(i)) is also
+ * where the sliding window and ALiBi distances are measured from:
+ *   bottom-right: d(i) = i + (Tkv - Tq)       (also the alignment when causal is off)
+ *   top-left:     d(i) = i
+ * Tq and Tkv are the sequence's own lengths under q_lens/kv_lens or packed varlen. */
+typedef enum sdpa_causal {
+    SDPA_CAUSAL_NONE = 0,         /* every key visible */
+    SDPA_CAUSAL_BOTTOM_RIGHT = 1, /* row i sees key j iff j <= i + (len_kv - len_q): KV-cache
+                                     decode and chunked prefill (FlashAttention >= 2.1,
+                                     llama.cpp) */
+    SDPA_CAUSAL_TOP_LEFT = 2      /* row i sees key j iff j <= i: PyTorch's is_causal when
+                                     len_q != len_kv */
+} sdpa_causal;
+
+/* An optional mask over the scores, [B or 1, Hq or 1, Tq, Tkv] as a strided view whose
+ * last (key) dimension is contiguous: element (b, h, i, j) is
+ * data[b*stride_b + h*stride_h + i*stride_q + j], strides in elements, >= 0, 0
+ * broadcasts. h is the query head. Under packed varlen, i and j are the row and key
+ * within sequence b (not packed offsets). */
+typedef enum sdpa_mask_kind {
+    SDPA_MASK_NONE = 0,     /* no mask (the all-zero default) */
+    SDPA_MASK_ADDITIVE = 1, /* values added to the scores (after scale, softcap, ALiBi);
+                               -inf masks a key exactly */
+    SDPA_MASK_BOOL = 2      /* uint8: 0 masks the key, anything else keeps it (the seeds'
+                               masked_fill(mask == 0, -inf)) */
+} sdpa_mask_kind;
+
+typedef struct sdpa_mask {
+    const void *data;     /* NULL when kind is SDPA_MASK_NONE */
+    sdpa_mask_kind kind;
+    sdpa_dtype dtype;     /* ADDITIVE: F32, F16 or BF16; BOOL: must be 0 (elements are
+                             uint8) */
+    int64_t stride_b;     /* elements between batch entries; 0 broadcasts over B */
+    int64_t stride_h;     /* elements between query heads; 0 broadcasts over heads */
+    int64_t stride_q;     /* elements between query rows; 0 broadcasts over rows */
+} sdpa_mask;
+
+/* Instruction sets a kernel table can target. */
+typedef enum sdpa_isa {
+    SDPA_ISA_AUTO = 0,    /* the best one this CPU and build support */
+    SDPA_ISA_SCALAR = 1,  /* portable C, always available */
+    SDPA_ISA_AVX2 = 2,    /* x86-64 AVX2 + FMA */
+    SDPA_ISA_AVX512 = 3,  /* x86-64 AVX-512 F/BW/DQ/VL */
+    SDPA_ISA_NEON = 4,    /* AArch64 Advanced SIMD */
+    SDPA_ISA_COUNT_ = 5   /* number of values, not an ISA */
+} sdpa_isa;
+
+/* Work counters of one call, filled when sdpa_desc.stats is non-NULL. A "block" is one
+ * Br x Bc tile of query rows by key columns (Br, Bc: the kernel table's tile sizes). */
+typedef struct sdpa_stats {
+    sdpa_isa isa;             /* kernel table used (SDPA_ISA_AUTO for the reference) */
+    int threads;              /* threads used (1 when run without a parallel region) */
+    int block_q, block_kv;    /* Br and Bc */
+    int64_t work_items;       /* (b, h, query-block) items */
+    int64_t blocks_total;     /* all Br x Bc tiles of the score matrices */
+    int64_t blocks_computed;  /* tiles computed (QK^T, softmax, PV) */
+    int64_t blocks_skipped;   /* tiles skipped without touching memory (causal) */
+    int64_t blocks_masked;    /* computed tiles that needed element masking */
+} sdpa_stats;
+
+/* What to compute. The all-zero value of every option is the plain default (non-causal,
+ * default scale, no mask, no window, no padding, default threads, automatic ISA), so
+ * initialise with designated initializers and name only what you need:
+ *
+ *     sdpa_desc d = { .batch = 1, .heads_q = 8, .heads_kv = 8, .len_q = 128,
+ *                     .len_kv = 128, .dim_qk = 64, .dim_v = 64, .causal = 1 };
+ *
+ * The score of row i and key j, in this order:
+ *     s = scale * <q_i, k_j>
+ *     s = softcap * tanh(s / softcap)                       if softcap > 0
+ *     s = s - alibi_slopes[h] * |d(i) - j|                  if alibi_slopes
+ *     s = s + mask(b, h, i, j)                              if an additive mask
+ * Key j is visible to row i when it is inside the sequence (j < Tkv_b), passes causal
+ * (j <= d(i)), the window (d(i) - window_left <= j <= d(i) + window_right) and a boolean
+ * mask; invisible keys contribute exactly 0. With sinks, the softmax denominator of
+ * every row of head h gains exp(sinks[h]) (a logit with no value row). Dropout, if on,
+ * then zeroes weights at random and rescales the kept ones (P V only).
+ *
+ * Sequence lengths: plain, every batch entry has len_q rows and len_kv keys. q_lens /
+ * kv_lens (padded batches) give entry b Tq_b = q_lens[b] rows and Tkv_b = kv_lens[b] keys
+ * at the start of its len_q / len_kv rows; rows at and beyond Tq_b are padding: their
+ * output is zeros and lse -inf, and no work is done for them or for keys beyond Tkv_b.
+ * Packed varlen (FlashAttention's cu_seqlens): sequence b is rows
+ * [cu_seqlens_q[b], cu_seqlens_q[b+1]) of Q/O and rows [cu_seqlens_kv[b],
+ * cu_seqlens_kv[b+1]) of K/V; the views' stride_b is ignored (the batch is the row
+ * offset), len_q / len_kv are the views' total rows, and lse is [Hq, len_q]. */
+typedef struct sdpa_desc {
+    int64_t batch;     /* B, >= 1 (sequences, under packed varlen) */
+    int64_t heads_q;   /* Hq, >= 1 */
+    int64_t heads_kv;  /* Hkv, >= 1, divides heads_q (Hkv < Hq: GQA; Hkv == 1: MQA).
+                          Query head h reads K/V head h / (heads_q / heads_kv). */
+    int64_t len_q;     /* Tq, query rows, 1 .. SDPA_MAX_DIM (may differ from Tkv) */
+    int64_t len_kv;    /* Tkv, key/value rows, 1 .. SDPA_MAX_DIM */
+    int64_t dim_qk;    /* Dk, head dim of Q and K, 1 .. SDPA_MAX_HEAD_DIM */
+    int64_t dim_v;     /* Dv, head dim of V and O, 1 .. SDPA_MAX_HEAD_DIM (may differ) */
+    float scale;       /* multiplies <q,k>; 0 = 1/sqrt(dim_qk); must be finite */
+    int causal;        /* an sdpa_causal value; 0 = none */
+    int num_threads;   /* upper bound on threads; 0 = OpenMP's default; >= 0 */
+    int isa;           /* an sdpa_isa value forcing this call's kernels; 0 = the
+                          process-wide choice (sdpa_get_isa). Ignored by sdpa_reference. */
+    sdpa_stats *stats; /* optional out: work counters of this call; NULL = none */
+
+    /* ---- masks and score modifiers (all off when zero) ---- */
+    sdpa_mask mask;    /* additive or boolean mask; .kind 0 = none */
+    int window;        /* non-zero: sliding window on, with the two extents below */
+    int64_t window_left;  /* keys before the diagonal a row sees, 0 .. SDPA_MAX_DIM */
+    int64_t window_right; /* keys after the diagonal a row sees, 0 .. SDPA_MAX_DIM (only
+                             keys <= d(i) remain under causal) */
+    float softcap;     /* > 0: logit soft-capping (Gemma 2); 0 = off; finite, >= 0 */
+    const float *alibi_slopes; /* [heads_q] ALiBi slopes (finite); NULL = off */
+    const float *sinks;        /* [heads_q] attention-sink logits (finite or -inf);
+                                  NULL = off */
+
+    /* ---- sequence lengths (all NULL: every entry is len_q x len_kv) ---- */
+    const int64_t *q_lens;        /* [batch] 0 .. len_q; NULL = len_q */
+    const int64_t *kv_lens;       /* [batch] 0 .. len_kv; NULL = len_kv */
+    const int64_t *cu_seqlens_q;  /* [batch + 1] packed varlen: 0 = first, non-decreasing,
+                                     last <= len_q; set together with cu_seqlens_kv, not
+                                     with q_lens/kv_lens */
+    const int64_t *cu_seqlens_kv; /* [batch + 1] likewise for K/V, last <= len_kv */
+
+    /* ---- dropout on the attention weights (training-style; off when 0) ---- */
+    float dropout_p;        /* probability of zeroing a weight, 0 <= p < 1; kept weights
+                               are scaled by 1 / (1 - p). The denominator (and lse) are
+                               those of the weights before dropout, as in PyTorch. */
+    uint64_t dropout_seed;  /* key of the Philox4x32-10 stream: weight (b, h, i, j) is
+                               dropped by a pure function of (seed, b, h, i, j), the same
+                               for any tiling, ISA or thread count and in sdpa_reference.
+                               Requires batch, heads_q, len_q < 2^32, len_kv < 2^34. */
+} sdpa_desc;
+
+/* Limits on the descriptor's dimensions (inclusive). */
+#define SDPA_MAX_DIM ((int64_t)1 << 40)       /* batch, heads, len_q, len_kv */
+#define SDPA_MAX_HEAD_DIM ((int64_t)1 << 16)  /* dim_qk, dim_v */
+
+/* Fused attention (FlashAttention-2 tiling, online softmax, O(threads x tile) scratch).
+ *   q   [B, Hq,  Tq,  Dk]     k [B, Hkv, Tkv, Dk]     v [B, Hkv, Tkv, Dv]
+ *   o   [B, Hq,  Tq,  Dv]     output, written in full on success
+ *   lse [B, Hq,  Tq] contiguous fp32 ([Hq, Tq] under packed varlen), optional (NULL):
+ *       natural log of the softmax denominator of each row (sinks included), so the
+ *       weight of key j is exp(s_ij - lse_i); -inf for a row with no visible key (the
+ *       sink logit when sinks are on: its output is zeros all the same).
+ * Returns SDPA_OK, or an error status with o and lse untouched. */
+SDPA_API sdpa_status sdpa_forward(const sdpa_desc *desc, const sdpa_tensor *q,
+                                  const sdpa_tensor *k, const sdpa_tensor *v,
+                                  const sdpa_tensor *o, float *lse);
+
+/* Naive reference: same signature and semantics as sdpa_forward. Materialises one row of
+ * scores at a time and accumulates in double. Slow (it is the oracle and the baseline),
+ * single-threaded, O(Tkv) scratch. desc->isa and desc->num_threads are ignored. */
+SDPA_API sdpa_status sdpa_reference(const sdpa_desc *desc, const sdpa_tensor *q,
+                                    const sdpa_tensor *k, const sdpa_tensor *v,
+                                    const sdpa_tensor *o, float *lse);
+
+/* Attention weights, [B, Hq, Tq, Tkv] contiguous fp32 ([1, Hq, len_q, len_kv] under
+ * packed varlen, with key columns counted within each sequence): the softmax weights
+ * exp(s_ij - lse_i) of every visible key (after dropout, if on: the weights P V used),
+ * 0 for hidden keys and padding. O(Tq x Tkv) memory: opt in only to inspect small
+ * problems. lse must be the output of sdpa_forward (or sdpa_reference) for the same
+ * descriptor and inputs; V and O are not needed. The scores are recomputed with the
+ * fused kernels (desc->isa) tile by tile; the result matches the reference's weights
+ * within the fp32 tolerance. */
+SDPA_API sdpa_status sdpa_attention_weights(const sdpa_desc *desc, const sdpa_tensor *q,
+                                            const sdpa_tensor *k, const float *lse,
+                                            float *weights);
+
+/* ---- linear layers and the multi-head attention layer ----------------------------- */
+
+/* y = x W^T + b, as nn.Linear computes it (fp32, row-major). The projections of the
+ * attention layer; the same kernel table's QK^T microkernel does the work (QK^T and
+ * x W^T are both rows dotted with rows). */
+typedef struct sdpa_linear_desc {
+    int64_t rows;         /* M, rows of x and y, >= 1 */
+    int64_t in_features;  /* K, >= 1 */
+    int64_t out_features; /* N, >= 1 */
+    const float *weight;  /* [out_features, in_features] (nn.Linear.weight), rows ld_w
+                             apart */
+    const float *bias;    /* [out_features] or NULL */
+    int64_t ld_x;         /* floats between rows of x; 0 = in_features */
+    int64_t ld_w;         /* floats between rows of weight; 0 = in_features */
+    int64_t ld_y;         /* floats between rows of y; 0 = out_features */
+    int num_threads;      /* as in sdpa_desc */
+    int isa;              /* as in sdpa_desc */
+} sdpa_linear_desc;
+
+/* y [rows, out_features] = x [rows, in_features] W^T + bias. y must not overlap x, the
+ * weight or the bias. Deterministic for any thread count. */
+SDPA_API sdpa_status sdpa_linear(const sdpa_linear_desc *desc, const float *x, float *y);
+
+/* One projection's parameters, in nn.Linear's layout. */
+typedef struct sdpa_proj {
+    const float *weight; /* [out, in], contiguous rows */
+    const float *bias;   /* [out] or NULL */
+} sdpa_proj;
+
+/* A multi-head attention layer (the seeds' MultiHeadAttention, nn.MultiheadAttention):
+ *
+ *   Q = x Wq^T + bq        [B, T,   Hq  * Dh]   viewed as [B, T, Hq, Dh]
+ *   K = kv Wk^T + bk       [B, Tkv, Hkv * Dh]   kv = x for self-attention
+ *   V = kv Wv^T + bv       [B, Tkv, Hkv * Dh]
+ *   C = sdpa(Q, K, V)      [B, T,   Hq  * Dh]   heads merged back in place
+ *   y = C Wo^T + bo        [B, T,   d_out]      (y = C when wo.weight is NULL)
+ *
+ * Every attention feature of sdpa_desc applies (causal, masks, windows, dropout...):
+ * set them in .attn and leave its shape fields (batch .. dim_v) zero; the layer fills
+ * them. Memory: the four activations above plus lse, in the caller's workspace of
+ * sdpa_mha_workspace_size() bytes or, when workspace is NULL, allocated and freed by the
+ * call. Nothing is O(T x Tkv) unless weights are asked for. */
+typedef struct sdpa_mha_desc {
+    int64_t batch;    /* B, >= 1 */
+    int64_t len_q;    /* T, rows of x per batch entry */
+    int64_t len_kv;   /* Tkv, rows of kv per batch entry; 0 = len_q (self-attention) */
+    int64_t d_in;     /* features of x */
+    int64_t d_kv;     /* features of kv; 0 = d_in */
+    int64_t heads_q;  /* Hq */
+    int64_t heads_kv; /* Hkv (GQA: Wk and Wv have Hkv * Dh rows); 0 = heads_q */
+    int64_t head_dim; /* Dh */
+    int64_t d_out;    /* features of y (rows of Wo); ignored without wo, y is then
+                         [B, T, Hq * Dh] */
+    sdpa_proj wq, wk, wv, wo;
+    /* Alternatively nn.MultiheadAttention's packed in-projection: rows [0, Hq Dh) are Wq,
+     * the next Hkv Dh rows Wk, the last Hkv Dh rows Wv (d_kv must equal d_in). When set,
+     * wq/wk/wv must be unset. */
+    const float *in_proj_weight; /* [(Hq + 2 Hkv) Dh, d_in] */
+    const float *in_proj_bias;   /* [(Hq + 2 Hkv) Dh] or NULL */
+    sdpa_desc attn;   /* attention options (shape fields left 0) and num_threads / isa,
+                         which the projections use too */
+} sdpa_mha_desc;
+
+/* Bytes of workspace sdpa_mha_forward needs for this descriptor (0 if it is invalid). */
+SDPA_API size_t sdpa_mha_workspace_size(const sdpa_mha_desc *desc);
+
+/* y [B, T, d_out] from x [B, T, d_in] and, for cross-attention, kv [B, Tkv, d_kv] (NULL
+ * for self-attention), all contiguous fp32. weights (optional, NULL = none) receives the
+ * attention weights [B, Hq, T, Tkv] (see sdpa_attention_weights). workspace: NULL, or at
+ * least sdpa_mha_workspace_size() bytes aligned to 64. */
+SDPA_API sdpa_status sdpa_mha_forward(const sdpa_mha_desc *desc, const float *x,
+                                      const float *kv, float *y, float *weights,
+                                      void *workspace);
+
+/* ISA control. The process-wide choice is made once, thread-safely, on first use: the
+ * SDPA_ISA environment variable (scalar|avx2|avx512|neon) if set, else the best ISA this
+ * build and CPU support. An SDPA_ISA naming an ISA that is not usable is reported on
+ * stderr and makes every sdpa_forward call fail with SDPA_ERR_UNSUPPORTED_ISA (never a
+ * silent fallback). SDPA_VERBOSE=1 logs the choice to stderr once. */
+
+/* The ISA sdpa_forward uses when desc->isa is 0. */
+SDPA_API sdpa_isa sdpa_get_isa(void);
+/* Force the process-wide ISA (SDPA_ISA_AUTO returns to the automatic choice). Returns
+ * SDPA_ERR_UNSUPPORTED_ISA for an ISA not built in or not usable on this CPU, leaving the
+ * choice unchanged. Meant for tests and tools; calls in flight keep the table they took. */
+SDPA_API sdpa_status sdpa_set_isa(sdpa_isa isa);
+/* 1 if the ISA is compiled into this build and usable on this CPU, else 0. */
+SDPA_API int sdpa_isa_supported(sdpa_isa isa);
+/* Lower-case name ("scalar", "avx2", "avx512", "neon", "auto"); "unknown" otherwise. */
+SDPA_API const char *sdpa_isa_name(sdpa_isa isa);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SDPA_H */
