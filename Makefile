@@ -69,22 +69,16 @@ BASE_CFLAGS := -std=c11 -D_DEFAULT_SOURCE $(WARN) $(CPPFLAGS) $(CFLAGS) $(OMP_CF
 LIB_CFLAGS  := $(BASE_CFLAGS) -fPIC -fvisibility=hidden
 LDLIBS      := $(LDFLAGS) $(OMP_LIBS) $(SAN_FLAGS) -lm -lpthread
 
-# ---- kernel tables -------------------------------------------------------------------
-ISAS_x86_64  := avx2 avx512
-ISAS_aarch64 := neon
-ISAS_arm64   := neon
-SIMD_ISAS := $(foreach i,$(ISAS_$(ARCH)),$(if $(wildcard kernels/$(i)/*.c),$(i)))
-
-# Flags per ISA, and the CPUID/HWCAP bits src/dispatch.c checks for each must cover them.
-ISAFLAGS_scalar :=
-ISAFLAGS_avx2   := -mavx2 -mfma -mf16c
-ISAFLAGS_avx512 := -mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx2 -mfma -mf16c
-ISAFLAGS_neon   :=
-
-LIB_SRCS := $(wildcard src/*.c) $(wildcard kernels/scalar/*.c) \
-            $(foreach i,$(SIMD_ISAS),$(wildcard kernels/$(i)/*.c))
-LIB_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRCS))
-ISA_DEFS := $(foreach i,$(SIMD_ISAS),-DSDPA_BUILD_$(shell echo $(i) | tr a-z A-Z))
+# ---- sources (sources.mk: the list CMakeLists.txt builds too) ---------------------------
+include sources.mk
+SIMD_ISAS := $(SDPA_ISAS_$(ARCH))
+LIB_SRCS  := $(SDPA_SRCS) $(SDPA_KERNELS_scalar) $(foreach i,$(SIMD_ISAS),$(SDPA_KERNELS_$(i)))
+LIB_OBJS  := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRCS))
+ISA_DEFS  := $(foreach i,$(SIMD_ISAS),-DSDPA_BUILD_$(shell echo $(i) | tr a-z A-Z))
+# A source file in src/ or kernels/ that the list forgot is an error, not a missing symbol.
+UNLISTED  := $(filter-out $(SDPA_SRCS) $(foreach i,scalar $(SDPA_ISAS_x86_64) \
+                 $(SDPA_ISAS_aarch64),$(SDPA_KERNELS_$(i))),$(wildcard src/*.c kernels/*/*.c))
+$(if $(UNLISTED),$(error sources.mk does not list $(UNLISTED)))
 
 SO_NAME := libsdpa.so.$(SOVERSION)
 SO_FILE := libsdpa.so.$(VERSION)
@@ -119,7 +113,7 @@ $(BUILD)/obj/src/%.o: src/%.c
 # $(word 2,...) of the path is the ISA directory name.
 $(BUILD)/obj/kernels/%.o: kernels/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(LIB_CFLAGS) $(ISAFLAGS_$(word 2,$(subst /, ,$<))) -MMD -MP -c $< -o $@
+	$(CC) $(LIB_CFLAGS) $(SDPA_ISAFLAGS_$(word 2,$(subst /, ,$<))) -MMD -MP -c $< -o $@
 
 $(BUILD)/libsdpa.a: $(LIB_OBJS)
 	@rm -f $@
@@ -185,8 +179,8 @@ endif
 BENCH_CFLAGS   := $(BASE_CFLAGS) -D_GNU_SOURCE
 BENCH_CXXFLAGS := -std=c++17 -Wall -Wextra -Wshadow $(if $(filter 1,$(WERROR)),-Werror) \
                   $(CFLAGS) $(OMP_CFLAGS) $(SAN_FLAGS) -Iinclude
-PEAK_ISAS := scalar $(ISAS_$(ARCH))
-PEAK_DEFS := $(foreach i,$(ISAS_$(ARCH)),-DSB_PEAK_$(shell echo $(i) | tr a-z A-Z))
+PEAK_ISAS := scalar $(SIMD_ISAS)
+PEAK_DEFS := $(foreach i,$(SIMD_ISAS),-DSB_PEAK_$(shell echo $(i) | tr a-z A-Z))
 BENCH_COBJS := $(BUILD)/obj/bench/shim.o $(BUILD)/obj/bench/peak.o \
                $(foreach i,$(PEAK_ISAS),$(BUILD)/obj/bench/peak_$(i).o)
 
@@ -206,7 +200,7 @@ endif
 
 $(BUILD)/obj/bench/peak_%.o: bench/peak_%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(BENCH_CFLAGS) $(ISAFLAGS_$*) -MMD -MP -c $< -o $@
+	$(CC) $(BENCH_CFLAGS) $(SDPA_ISAFLAGS_$*) -MMD -MP -c $< -o $@
 
 $(BUILD)/obj/bench/%.o: bench/%.c
 	@mkdir -p $(dir $@)
