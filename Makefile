@@ -84,8 +84,8 @@ SO_NAME := libsdpa.so.$(SOVERSION)
 SO_FILE := libsdpa.so.$(VERSION)
 
 # The suite replays the fuzz corpus too (tests/test_fuzzcases.c), so the fuzz target's
-# core joins it.
-TEST_SRCS := $(wildcard tests/*.c) tests/fuzz/fuzz_core.c
+# core joins it; common/ is the case library the tests, the bench and the tools share.
+TEST_SRCS := $(wildcard tests/*.c) tests/fuzz/fuzz_core.c common/case.c
 TEST_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(TEST_SRCS))
 
 .PHONY: all lib tools test demo cpuinfo install uninstall clean
@@ -130,14 +130,18 @@ $(BUILD)/obj/tests/%.o: tests/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(BASE_CFLAGS) -D_GNU_SOURCE -MMD -MP -c $< -o $@
 
+$(BUILD)/obj/common/%.o: common/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(BASE_CFLAGS) -MMD -MP -c $< -o $@
+
 $(BUILD)/sdpa-test: $(TEST_OBJS) $(BUILD)/libsdpa.a
 	$(CC) $(BASE_CFLAGS) -o $@ $(TEST_OBJS) $(BUILD)/libsdpa.a $(LDLIBS)
 
 test: $(BUILD)/sdpa-test
 	./$(BUILD)/sdpa-test
 
-$(BUILD)/sdpa-demo: tools/sdpa-demo.c $(BUILD)/libsdpa.a
-	$(CC) $(BASE_CFLAGS) -o $@ $< $(BUILD)/libsdpa.a $(LDLIBS)
+$(BUILD)/sdpa-demo: tools/sdpa-demo.c $(BUILD)/obj/common/case.o $(BUILD)/libsdpa.a
+	$(CC) $(BASE_CFLAGS) -o $@ $^ $(LDLIBS)
 
 demo: $(BUILD)/sdpa-demo
 	./$(BUILD)/sdpa-demo
@@ -149,8 +153,9 @@ $(BUILD)/sdpa-cpuinfo: tools/sdpa-cpuinfo.c $(BUILD)/libsdpa.a
 cpuinfo: $(BUILD)/sdpa-cpuinfo
 	./$(BUILD)/sdpa-cpuinfo
 
-$(BUILD)/sdpa-heatmap: tools/sdpa-heatmap.c $(BUILD)/libsdpa.a
-	$(CC) $(BASE_CFLAGS) -o $@ $< $(BUILD)/libsdpa.a $(LDLIBS)
+# sdpa-heatmap writes its PNG through zlib (Debian's zlib1g-dev).
+$(BUILD)/sdpa-heatmap: tools/sdpa-heatmap.c $(BUILD)/obj/common/case.o $(BUILD)/libsdpa.a
+	$(CC) $(BASE_CFLAGS) -o $@ $^ $(LDLIBS) -lz
 
 # The plain-C command-line tools (no Google Benchmark needed).
 tools: $(BUILD)/sdpa-demo $(BUILD)/sdpa-cpuinfo $(BUILD)/sdpa-run $(BUILD)/sdpa-heatmap
@@ -181,7 +186,7 @@ BENCH_CXXFLAGS := -std=c++17 -Wall -Wextra -Wshadow $(if $(filter 1,$(WERROR)),-
                   $(CFLAGS) $(OMP_CFLAGS) $(SAN_FLAGS) -Iinclude
 PEAK_ISAS := scalar $(SIMD_ISAS)
 PEAK_DEFS := $(foreach i,$(SIMD_ISAS),-DSB_PEAK_$(shell echo $(i) | tr a-z A-Z))
-BENCH_COBJS := $(BUILD)/obj/bench/shim.o $(BUILD)/obj/bench/peak.o \
+BENCH_COBJS := $(BUILD)/obj/bench/shim.o $(BUILD)/obj/bench/peak.o $(BUILD)/obj/common/case.o \
                $(foreach i,$(PEAK_ISAS),$(BUILD)/obj/bench/peak_$(i).o)
 
 # A BLAS build is its own binary, so switching BLAS= never leaves a stale one behind.
@@ -226,16 +231,19 @@ $(BUILD)/obj/bench/bench-openblas.o: bench/bench.cc
 $(BENCH_BIN): $(BENCH_MAIN) $(BENCH_COBJS) $(BUILD)/libsdpa.a
 	$(CXX) $(BENCH_CXXFLAGS) -o $@ $^ $(BLAS_LIBS) -lbenchmark $(LDLIBS)
 
-$(BUILD)/sdpa-run: tools/sdpa-run.c $(BUILD)/obj/bench/shim.o $(BUILD)/libsdpa.a
+$(BUILD)/sdpa-run: tools/sdpa-run.c $(BUILD)/obj/bench/shim.o $(BUILD)/obj/common/case.o \
+                   $(BUILD)/libsdpa.a
 	$(CC) $(BENCH_CFLAGS) -o $@ $^ $(LDLIBS)
 
 .PHONY: bench bench-full sdpa-run plot compare
 bench: $(BENCH_BIN) $(BUILD)/sdpa-run
 	./$(BENCH_BIN) --benchmark_out=$(BENCH_JSON) --benchmark_out_format=json $(BENCH_ARGS)
+	$(PYTHON) tools/bench-report.py $(BENCH_JSON)
 
 bench-full: $(BENCH_BIN) $(BUILD)/sdpa-run
 	./$(BENCH_BIN) --suite=full --benchmark_out=$(BENCH_JSON) --benchmark_out_format=json \
 	  $(BENCH_ARGS)
+	$(PYTHON) tools/bench-report.py $(BENCH_JSON)
 
 sdpa-run: $(BUILD)/sdpa-run
 

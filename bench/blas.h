@@ -17,14 +17,14 @@ extern "C" {
  * never computed), -inf masking of the keys each row of the block must not see, a row
  * softmax with libm expf, O = P V with cblas_sgemm, O /= row sums. OpenMP over the
  * blocks (threads, 0 = OpenMP's default), single-threaded BLAS inside each. Scratch is
- * threads x SB_BLAS_ROWS x Tkv floats. Writes p->o. Plain fp32 attention only (no
- * features: sb_is_plain); SDPA_ERR_BAD_ARGUMENT otherwise. */
-sdpa_status sb_run_blas(const sb_problem *p, int threads);
+ * threads x SB_BLAS_ROWS x Tkv floats. Writes t->o. Plain fp32 attention only: the
+ * caller runs it on cases sb_is_plain accepts. */
+sdpa_status sb_run_blas(const sc_tensors *t, int threads);
 /* What it links against, for reports: "OpenBLAS 0.3.21 ..." from openblas_get_config. */
 const char *sb_blas_name(void);
 
-/* DESIGN.md section 7: the best hand-written unfused version measured on this machine
- * used causal row blocks of 256. */
+/* Query rows per block, as the best hand-written unfused version measured on the
+ * project's machine (docs/PERFORMANCE.md, "Bench and tools measurements"). */
 #define SB_BLAS_ROWS 256
 
 #ifdef __cplusplus

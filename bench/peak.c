@@ -1,8 +1,8 @@
 /*
  * peak.c - runs the per-ISA peak loops and streaming-read loops (peak_<isa>.c) on 1..N
  * threads and keeps the best try (see peak.h). Portable C, compiled with no -m flags: it
- * only decides whether the CPU can run a loop and times it; the loops themselves live in
- * files built with their ISA's flags.
+ * only asks the library's ISA registry whether a loop may run and times it; the loops
+ * themselves live in files built with their ISA's flags.
  *
  * Threads are plain pthreads, not OpenMP, so the figure does not depend on how the
  * benchmark was built (OPENMP=0 included) and each thread runs exactly one copy.
@@ -16,52 +16,35 @@
 
 #include "shim.h"
 
-/* The CPU checks. __builtin_cpu_supports (gcc >= 8, clang) reads CPUID and, for AVX and
- * AVX-512, the OS-enabled register state from XGETBV, as src/dispatch.c does. */
-#if defined(SB_PEAK_AVX2)
-static int cpu_avx2(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-}
-#endif
-#if defined(SB_PEAK_AVX512)
-static int cpu_avx512(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f");
-}
-#endif
-static int always(void) { return 1; }
-
 /* The Makefile defines SB_PEAK_<ISA> for each peak_<isa>.c it builds (the ISAs of the
  * target architecture). */
 static const struct {
     sdpa_isa isa;
     sb_peak_loop loop;
     sb_read_loop read;
-    int (*usable)(void);
     const char *what;
 } loops[] = {
-    {SDPA_ISA_SCALAR, sb_peak_loop_scalar, sb_read_loop_scalar, always,
+    {SDPA_ISA_SCALAR, sb_peak_loop_scalar, sb_read_loop_scalar,
      "portable C, 4-lane vectors, no -m flags (SSE2 mul+add on x86-64)"},
 #if defined(SB_PEAK_AVX2)
-    {SDPA_ISA_AVX2, sb_peak_loop_avx2, sb_read_loop_avx2, cpu_avx2,
-     "AVX2 FMA, 12 chains x 8 lanes"},
+    {SDPA_ISA_AVX2, sb_peak_loop_avx2, sb_read_loop_avx2, "AVX2 FMA, 12 chains x 8 lanes"},
 #endif
 #if defined(SB_PEAK_AVX512)
-    {SDPA_ISA_AVX512, sb_peak_loop_avx512, sb_read_loop_avx512, cpu_avx512,
+    {SDPA_ISA_AVX512, sb_peak_loop_avx512, sb_read_loop_avx512,
      "AVX-512 FMA, 16 chains x 16 lanes"},
 #endif
 #if defined(SB_PEAK_NEON)
-    {SDPA_ISA_NEON, sb_peak_loop_neon, sb_read_loop_neon, always,
-     "NEON FMLA, 16 chains x 4 lanes"},
+    {SDPA_ISA_NEON, sb_peak_loop_neon, sb_read_loop_neon, "NEON FMLA, 16 chains x 4 lanes"},
 #endif
 };
 enum { NLOOPS = (int)(sizeof loops / sizeof loops[0]) };
 
+/* A loop runs where the library's registry says its ISA's table does: the -m flags of
+ * peak_<isa>.c are the table's (the Makefile's ISAFLAGS_<isa>). */
 static int find(sdpa_isa isa) {
     for (int i = 0; i < NLOOPS; i++)
         if (loops[i].isa == isa)
-            return loops[i].usable() ? i : -1;
+            return sdpa_isa_supported(isa) ? i : -1;
     return -1;
 }
 
@@ -117,28 +100,10 @@ static double try_once(int threads) {
 }
 
 /* Each try lasts about TRY_SECONDS; the best of TRIES is kept. Short tries, many of
- * them: on a shared machine a short try is likelier to catch the cores idle. 10 x 30 ms
- * per ISA and thread count keeps the whole measurement around 2 s on 2 cores. */
+ * them: on a shared machine a short try is likelier to catch the cores idle, and 0.3 s
+ * per ISA and thread count keeps the set-up of the suite short. */
 #define TRY_SECONDS 0.03
 #define TRIES 10
-
-static double best_of_tries(sb_peak_loop loop, int threads);
-
-double sb_peak_gflops(sdpa_isa isa, int threads) {
-    const int i = find(isa);
-    if (i < 0)
-        return 0.0;
-    return best_of_tries(loops[i].loop, threads);
-}
-
-double sb_peak_bf16_gflops(int threads) {
-#if defined(SB_PEAK_AVX512)
-    if (cpu_avx512() && __builtin_cpu_supports("avx512bf16"))
-        return best_of_tries(sb_peak_loop_avx512_bf16, threads);
-#endif
-    (void)threads;
-    return 0.0;
-}
 
 static double best_of_tries(sb_peak_loop loop, int threads) {
     if (threads < 1 || threads > MAX_THREADS)
@@ -166,8 +131,16 @@ static double best_of_tries(sb_peak_loop loop, int threads) {
     return best;
 }
 
-/* Passes over the buffer per measurement: one pass of 256 MiB takes ~6-9 ms at this
- * machine's 30-45 GB/s, so 12 passes stay around 0.1 s per ISA and thread count. */
+double sb_peak_gflops(sdpa_isa isa, int threads) {
+    const int i = find(isa);
+    if (i < 0)
+        return 0.0;
+    return best_of_tries(loops[i].loop, threads);
+}
+
+/* Passes over the buffer per measurement, the best kept as for the FMA peak: 3 GiB read
+ * per ISA and thread count, a fraction of a second at DRAM speeds (docs/PERFORMANCE.md,
+ * "Bench and tools measurements"). */
 #define READ_PASSES 12
 
 static float *dram_buf;

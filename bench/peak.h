@@ -28,15 +28,9 @@ double sb_peak_loop_avx2(int64_t iters, float *sink);
 double sb_peak_loop_avx512(int64_t iters, float *sink);
 double sb_peak_loop_neon(int64_t iters, float *sink);
 
-/* The AVX512-BF16 dot-product loop (peak_avx512.c) and its GFLOP/s on `threads`
- * threads, best of several tries like sb_peak_gflops; 0 when the build has no AVX-512
- * or the CPU lacks AVX512_BF16. Not a row's yardstick: it answers whether a table
- * computing QK^T from bf16 would pay (docs/PERFORMANCE.md). */
-double sb_peak_loop_avx512_bf16(int64_t iters, float *sink);
-double sb_peak_bf16_gflops(int threads);
-
 /* What the loop for isa measures ("AVX-512 FMA, 16 x 16 lanes", ...), or NULL when this
- * build has no loop for it or this CPU cannot run it. */
+ * build has no loop for it or the ISA is not usable (the library's ISA registry: built
+ * in, and runnable on this CPU and OS). */
 const char *sb_peak_what(sdpa_isa isa);
 
 /* GFLOP/s of isa's loop on `threads` threads at once (each running its own copy), the
@@ -54,8 +48,9 @@ double sb_read_loop_avx2(const float *p, int64_t n, float *sink);
 double sb_read_loop_avx512(const float *p, int64_t n, float *sink);
 double sb_read_loop_neon(const float *p, int64_t n, float *sink);
 
-/* The buffer the read is measured on: 8x the 32 MiB L3 of the project's machine, so
- * what is read comes from DRAM (each pass evicts the previous one's lines). */
+/* The buffer the read is measured on: 8x the 32 MiB L3 of the project's machine
+ * (docs/PERFORMANCE.md, "The machine"), so what is read comes from DRAM (each pass
+ * evicts the previous one's lines). */
 #define SB_DRAM_BUFFER_BYTES ((int64_t)256 << 20)
 
 /* GB/s (1e9 bytes/s) of isa's read loop on `threads` threads at once, each reading its

@@ -1,7 +1,7 @@
 /*
  * peak_avx2.c - the AVX2 + FMA fp32 peak loop and streaming-read loop (see peak.h).
- * Compiled with the Makefile's ISAFLAGS_avx2 and only called after a CPU check (peak.c);
- * it is not a kernel and libsdpa never links it.
+ * Compiled with the Makefile's ISAFLAGS_avx2 and only called when the library's ISA
+ * registry says avx2 is usable (peak.c); it is not a kernel and libsdpa never links it.
  */
 #if !defined(__AVX2__) || !defined(__FMA__)
 #error "peak_avx2.c needs -mavx2 -mfma (Makefile: ISAFLAGS_avx2)"

@@ -1,8 +1,7 @@
 /*
- * peak_avx512.c - the AVX-512 fp32 FMA peak loop and streaming-read loop, and the
- * AVX512-BF16 dot-product loop that says whether a BF16 table would pay (see peak.h).
- * Compiled with the Makefile's ISAFLAGS_avx512 and only called after a CPU check
- * (peak.c); it is not a kernel and libsdpa never links it.
+ * peak_avx512.c - the AVX-512 fp32 FMA peak loop and streaming-read loop (see peak.h).
+ * Compiled with the Makefile's ISAFLAGS_avx512 and only called when the library's ISA
+ * registry says avx512 is usable (peak.c); it is not a kernel and libsdpa never links it.
  */
 #if !defined(__AVX512F__)
 #error "peak_avx512.c needs -mavx512f (Makefile: ISAFLAGS_avx512)"
@@ -49,44 +48,6 @@ double sb_peak_loop_avx512(int64_t iters, float *sink) {
     const __m512 s = _mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3));
     *sink = _mm512_reduce_add_ps(s);
     return (double)iters * 16.0 * 16.0 * 2.0; /* rounds x chains x lanes x (mul + add) */
-}
-
-/* vdpbf16ps: each fp32 lane adds two bf16 x bf16 products (4 flops per lane, 64 per
- * instruction), the instruction a BF16 QK^T kernel would be built on. 16 chains, as
- * above; the target attribute keeps -mavx512bf16 off the rest of the file, and peak.c
- * calls it only when CPUID says AVX512_BF16 (leaf 7 subleaf 1, EAX bit 5). Each product
- * is 2^-20 (bf16 2^-10 squared), so 2^20 rounds add ~2 to an accumulator: no overflow,
- * no subnormals. */
-__attribute__((target("avx512bf16"))) double sb_peak_loop_avx512_bf16(int64_t iters,
-                                                                       float *sink) {
-    const __m512 h = _mm512_set1_ps(0x1p-10f);
-    const __m512bh x = _mm512_cvtne2ps_pbh(h, h);
-    __m512 a[16];
-    for (int c = 0; c < 16; c++)
-        a[c] = _mm512_set1_ps((float)c);
-    for (int64_t i = 0; i < iters; i++) {
-        a[0] = _mm512_dpbf16_ps(a[0], x, x);
-        a[1] = _mm512_dpbf16_ps(a[1], x, x);
-        a[2] = _mm512_dpbf16_ps(a[2], x, x);
-        a[3] = _mm512_dpbf16_ps(a[3], x, x);
-        a[4] = _mm512_dpbf16_ps(a[4], x, x);
-        a[5] = _mm512_dpbf16_ps(a[5], x, x);
-        a[6] = _mm512_dpbf16_ps(a[6], x, x);
-        a[7] = _mm512_dpbf16_ps(a[7], x, x);
-        a[8] = _mm512_dpbf16_ps(a[8], x, x);
-        a[9] = _mm512_dpbf16_ps(a[9], x, x);
-        a[10] = _mm512_dpbf16_ps(a[10], x, x);
-        a[11] = _mm512_dpbf16_ps(a[11], x, x);
-        a[12] = _mm512_dpbf16_ps(a[12], x, x);
-        a[13] = _mm512_dpbf16_ps(a[13], x, x);
-        a[14] = _mm512_dpbf16_ps(a[14], x, x);
-        a[15] = _mm512_dpbf16_ps(a[15], x, x);
-    }
-    __m512 s = a[0];
-    for (int c = 1; c < 16; c++)
-        s = _mm512_add_ps(s, a[c]);
-    *sink = _mm512_reduce_add_ps(s);
-    return (double)iters * 16.0 * 16.0 * 4.0; /* rounds x chains x lanes x (2 mul + 2 add) */
 }
 
 /* Four independent sums of 64-byte loads: an add's latency (~3 cycles) over 4 chains

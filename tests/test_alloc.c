@@ -72,14 +72,14 @@ static void exercise(const target *t) {
 /* ---- attention: forward, reference, weights ------------------------------------- */
 
 typedef struct attn_ctx {
-    th_tensors t;
+    sc_tensors t;
     float *w;
     int which; /* 0 forward, 1 reference, 2 weights */
 } attn_ctx;
 
 static sdpa_status attn_call(void *p) {
     attn_ctx *a = p;
-    th_tensors *t = &a->t;
+    sc_tensors *t = &a->t;
     switch (a->which) {
     case 0: return sdpa_forward(&t->desc, &t->q, &t->k, &t->v, &t->o, t->lse);
     case 1: return sdpa_reference(&t->desc, &t->q, &t->k, &t->v, &t->o, t->lse);
@@ -90,7 +90,7 @@ static sdpa_status attn_call(void *p) {
 static void attention(void) {
     static const struct {
         const char *name;
-        th_case c;
+        sc_case c;
     } cases[] = {
         {"forward serial", {.B = 1, .Hq = 2, .Hkv = 2, .Tq = 40, .Tkv = 50, .Dk = 16, .Dv = 8}},
         {"forward threaded", {.B = 2, .Hq = 4, .Hkv = 2, .Tq = 300, .Tkv = 300, .Dk = 64,
@@ -98,7 +98,7 @@ static void attention(void) {
         {"forward split-KV decode", {.B = 1, .Hq = 8, .Hkv = 2, .Tq = 1, .Tkv = 5000, .Dk = 32,
                                      .Dv = 32, .threads = 2}},
         {"forward varlen + mask", {.B = 3, .Hq = 2, .Hkv = 1, .Tq = 20, .Tkv = 40, .Dk = 8,
-                                   .Dv = 8, .lens = TH_LENS_VARLEN, .mask = SDPA_MASK_BOOL,
+                                   .Dv = 8, .lens = SC_LENS_VARLEN, .mask = SDPA_MASK_BOOL,
                                    .mask_hidden = 0.3f, .sinks = 1}},
     };
     for (int i = 0; i < N(cases); i++)
@@ -106,7 +106,7 @@ static void attention(void) {
             if (which == 2 && i == 2)
                 continue; /* 5000 keys of weights per row: the other cases cover weights */
             attn_ctx a = {.which = which};
-            th_case c = cases[i].c;
+            sc_case c = cases[i].c;
             c.seed = 70 + (uint64_t)i;
             th_tensors_make(&a.t, &c);
             const size_t nw = (size_t)(a.t.VB * c.Hq * a.t.desc.len_q * a.t.desc.len_kv);
@@ -126,7 +126,7 @@ static void attention(void) {
             }
             exercise(&t);
             free(a.w);
-            th_tensors_free(&a.t);
+            sc_tensors_free(&a.t);
         }
 }
 
@@ -158,7 +158,7 @@ static sdpa_status mha_call(void *p) {
 static float *rand_buf(size_t n, uint64_t *rng) {
     float *a = malloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++)
-        a[i] = th_rand_float(rng);
+        a[i] = sc_rand_float(rng);
     return a;
 }
 

@@ -30,11 +30,11 @@ typedef struct fixture {
 static void fixture_init(fixture *f) {
     uint64_t rng = 42;
     for (size_t i = 0; i < sizeof f->q / sizeof f->q[0]; i++)
-        f->q[i] = th_rand_float(&rng);
+        f->q[i] = sc_rand_float(&rng);
     for (size_t i = 0; i < sizeof f->k / sizeof f->k[0]; i++)
-        f->k[i] = th_rand_float(&rng);
+        f->k[i] = sc_rand_float(&rng);
     for (size_t i = 0; i < sizeof f->v / sizeof f->v[0]; i++)
-        f->v[i] = th_rand_float(&rng);
+        f->v[i] = sc_rand_float(&rng);
     for (int h = 0; h < HQ; h++)
         f->slopes[h] = 0.5f;
     memset(f->mask, 1, sizeof f->mask);

@@ -29,13 +29,13 @@
 static uint64_t seed_of(int a, int b, int c) { return (uint64_t)(a * 7919 + b * 131 + c) + 901; }
 
 /* Run c fused only, into freshly made tensors the caller frees. */
-static sdpa_status run_fused(const th_case *c, th_tensors *t) {
+static sdpa_status run_fused(const sc_case *c, sc_tensors *t) {
     th_tensors_make(t, c);
     return sdpa_forward(&t->desc, &t->q, &t->k, &t->v, &t->o, t->lse);
 }
 
 /* Key j visible to row i (plain lengths): bottom-right causal and the window. */
-static int sees(const th_case *c, int64_t i, int64_t j) {
+static int sees(const sc_case *c, int64_t i, int64_t j) {
     const int64_t d = i + (c->causal == SDPA_CAUSAL_TOP_LEFT ? 0 : c->Tkv - c->Tq);
     if (c->causal && j > d)
         return 0;
@@ -50,10 +50,10 @@ static int sees(const th_case *c, int64_t i, int64_t j) {
 static void scale_default(void) {
     static const int64_t dks[] = {1, 3, 64, 1024};
     for (int i = 0; i < N(dks); i++) {
-        th_case c = {.B = 1, .Hq = 2, .Hkv = 1, .Tq = 33, .Tkv = 70, .Dk = dks[i], .Dv = 16,
+        sc_case c = {.B = 1, .Hq = 2, .Hkv = 1, .Tq = 33, .Tkv = 70, .Dk = dks[i], .Dv = 16,
                      .causal = i & 1, .seed = seed_of(1, i, 0)};
         th_run_case(&c, "scale 0");
-        th_tensors a, b;
+        sc_tensors a, b;
         sdpa_status sa = run_fused(&c, &a);
         c.scale = (float)(1.0 / sqrt((double)c.Dk));
         sdpa_status sb = run_fused(&c, &b);
@@ -61,8 +61,8 @@ static void scale_default(void) {
                   memcmp(a.bufs[3], b.bufs[3], a.elems[3] * sizeof(float)) == 0 &&
                   memcmp(a.lse, b.lse, a.elems[4] * sizeof(float)) == 0,
               "Dk=%lld: scale 0 and scale 1/sqrt(Dk) differ", (long long)c.Dk);
-        th_tensors_free(&a);
-        th_tensors_free(&b);
+        sc_tensors_free(&a);
+        sc_tensors_free(&b);
     }
 }
 
@@ -72,9 +72,9 @@ static void scale_tiny(void) {
     static const float scales[] = {1e-30f, FLT_MIN, FLT_TRUE_MIN, -FLT_TRUE_MIN};
     for (int s = 0; s < N(scales); s++)
         for (int causal = 0; causal < 2; causal++) {
-            th_case c = {.B = 1, .Hq = 1, .Hkv = 1, .Tq = 40, .Tkv = 100, .Dk = 16, .Dv = 8,
+            sc_case c = {.B = 1, .Hq = 1, .Hkv = 1, .Tq = 40, .Tkv = 100, .Dk = 16, .Dv = 8,
                          .causal = causal, .scale = scales[s], .seed = seed_of(2, s, causal)};
-            th_tensors out;
+            sc_tensors out;
             if (!th_run_case_with(&c, "tiny scale", NULL, NULL, &out))
                 continue;
             double worst = 0.0;
@@ -84,30 +84,30 @@ static void scale_tiny(void) {
                     int64_t n = 0;
                     for (int64_t j = 0; j < c.Tkv; j++)
                         if (sees(&c, i, j)) {
-                            sum += th_at(&out.v, 0, 0, j)[d];
+                            sum += sc_at(&out.v, 0, 0, j)[d];
                             n++;
                         }
-                    const double e = fabs(th_at(&out.o, 0, 0, i)[d] - sum / (double)n);
+                    const double e = fabs(sc_at(&out.o, 0, 0, i)[d] - sum / (double)n);
                     worst = e > worst ? e : worst;
                 }
             CHECK(worst <= 1e-6, "scale %g (causal %d): rows are not the mean of their values "
                   "(off by %.3g)", (double)scales[s], causal, worst);
-            th_tensors_free(&out);
+            sc_tensors_free(&out);
         }
 }
 
 /* K rows one-hot on j % Dk and Q row i on i % Dk: scores are exactly scale (a match) or
  * 0, so with a huge scale every row averages its matching keys (or, with -1e30, the
  * others) with exact ties in both paths. */
-static void fill_ties(th_tensors *t, const th_case *c, void *ctx) {
+static void fill_ties(sc_tensors *t, const sc_case *c, void *ctx) {
     (void)ctx;
     for (int64_t j = 0; j < c->Tkv; j++) {
-        float *k = th_at(&t->k, 0, 0, j);
+        float *k = sc_at(&t->k, 0, 0, j);
         memset(k, 0, (size_t)c->Dk * sizeof(float));
         k[j % c->Dk] = 1.0f;
     }
     for (int64_t i = 0; i < c->Tq; i++) {
-        float *q = th_at(&t->q, 0, 0, i);
+        float *q = sc_at(&t->q, 0, 0, i);
         memset(q, 0, (size_t)c->Dk * sizeof(float));
         q[i % c->Dk] = 1.0f;
     }
@@ -117,9 +117,9 @@ static void scale_huge(void) {
     static const float scales[] = {1e30f, -1e30f, FLT_MAX};
     for (int s = 0; s < N(scales); s++)
         for (int causal = 0; causal < 2; causal++) {
-            th_case c = {.B = 1, .Hq = 1, .Hkv = 1, .Tq = 20, .Tkv = 100, .Dk = 8, .Dv = 8,
+            sc_case c = {.B = 1, .Hq = 1, .Hkv = 1, .Tq = 20, .Tkv = 100, .Dk = 8, .Dv = 8,
                          .causal = causal, .scale = scales[s], .seed = seed_of(3, s, causal)};
-            th_tensors out;
+            sc_tensors out;
             if (!th_run_case_with(&c, "huge scale, tied maxima", fill_ties, NULL, &out))
                 continue;
             int ok = 1;
@@ -138,21 +138,21 @@ static void scale_huge(void) {
                     double sum = 0.0;
                     for (int64_t j = 0; j < c.Tkv; j++)
                         if (sees(&c, i, j) && (!best || (j % c.Dk == i % c.Dk) == want_match))
-                            sum += th_at(&out.v, 0, 0, j)[d];
-                    ok &= n > 0 && fabs(th_at(&out.o, 0, 0, i)[d] - sum / (double)n) <= 1e-6;
+                            sum += sc_at(&out.v, 0, 0, j)[d];
+                    ok &= n > 0 && fabs(sc_at(&out.o, 0, 0, i)[d] - sum / (double)n) <= 1e-6;
                 }
             }
             CHECK(ok, "scale %g (causal %d): rows must average exactly their tied best keys",
                   (double)scales[s], causal);
-            th_tensors_free(&out);
+            sc_tensors_free(&out);
         }
     /* Random data under a huge scale is ill-conditioned (one rounding flips the argmax),
      * so no comparison with the reference: every output must still be finite and inside
      * the range of the values the row sees (a convex combination), lse finite. */
     for (int causal = 0; causal < 2; causal++) {
-        th_case c = {.B = 1, .Hq = 2, .Hkv = 1, .Tq = 70, .Tkv = 130, .Dk = 32, .Dv = 24,
+        sc_case c = {.B = 1, .Hq = 2, .Hkv = 1, .Tq = 70, .Tkv = 130, .Dk = 32, .Dv = 24,
                      .causal = causal, .scale = 1e30f, .seed = seed_of(3, 9, causal)};
-        th_tensors t;
+        sc_tensors t;
         int ok = run_fused(&c, &t) == SDPA_OK;
         for (int64_t h = 0; h < c.Hq && ok; h++)
             for (int64_t i = 0; i < c.Tq; i++) {
@@ -161,17 +161,17 @@ static void scale_huge(void) {
                     float lo = INFINITY, hi = -INFINITY;
                     for (int64_t j = 0; j < c.Tkv; j++)
                         if (sees(&c, i, j)) {
-                            const float x = th_at(&t.v, 0, 0, j)[d];
+                            const float x = sc_at(&t.v, 0, 0, j)[d];
                             lo = x < lo ? x : lo;
                             hi = x > hi ? x : hi;
                         }
-                    const float o = th_at(&t.o, 0, h, i)[d];
+                    const float o = sc_at(&t.o, 0, h, i)[d];
                     ok &= isfinite(o) && o >= lo - 1e-6f && o <= hi + 1e-6f;
                 }
             }
         CHECK(ok, "scale 1e30 on random data (causal %d): outputs must be finite convex "
               "combinations of the visible values", causal);
-        th_tensors_free(&t);
+        sc_tensors_free(&t);
     }
 }
 
@@ -181,28 +181,28 @@ typedef struct inf_case {
     int which; /* 0 +inf in Q row 5, 1 -inf in Q row 6, 2 +inf in K row 9, 3 +-inf in V */
 } inf_case;
 
-static void fill_inf(th_tensors *t, const th_case *c, void *ctx) {
+static void fill_inf(sc_tensors *t, const sc_case *c, void *ctx) {
     const inf_case *ic = ctx;
     uint64_t rng = 77;
     /* dimension 0 of every K row positive, so the sign of an inf in Q decides */
     for (int64_t j = 0; j < c->Tkv; j++)
-        th_at(&t->k, 0, 0, j)[0] = 0.5f + 0.25f * (1.0f + th_rand_float(&rng));
+        sc_at(&t->k, 0, 0, j)[0] = 0.5f + 0.25f * (1.0f + sc_rand_float(&rng));
     for (int64_t i = 0; i < c->Tq; i++) /* Q's sign alternates by row in dimension 0 */
-        th_at(&t->q, 0, 0, i)[0] = (i % 2 ? -0.5f : 0.5f) * (1.0f + th_rand_float(&rng)) + (i % 2 ? -0.01f : 0.01f);
+        sc_at(&t->q, 0, 0, i)[0] = (i % 2 ? -0.5f : 0.5f) * (1.0f + sc_rand_float(&rng)) + (i % 2 ? -0.01f : 0.01f);
     switch (ic->which) {
     case 0:
-        th_at(&t->q, 0, 0, 5)[0] = INFINITY;
+        sc_at(&t->q, 0, 0, 5)[0] = INFINITY;
         break;
     case 1:
-        th_at(&t->q, 0, 0, 6)[0] = -INFINITY;
+        sc_at(&t->q, 0, 0, 6)[0] = -INFINITY;
         break;
     case 2:
-        th_at(&t->k, 0, 0, 9)[0] = INFINITY;
+        sc_at(&t->k, 0, 0, 9)[0] = INFINITY;
         break;
     default:
-        th_at(&t->v, 0, 0, 4)[2] = INFINITY;
-        th_at(&t->v, 0, 0, 11)[3] = INFINITY;
-        th_at(&t->v, 0, 0, 12)[3] = -INFINITY;
+        sc_at(&t->v, 0, 0, 4)[2] = INFINITY;
+        sc_at(&t->v, 0, 0, 11)[3] = INFINITY;
+        sc_at(&t->v, 0, 0, 12)[3] = -INFINITY;
         break;
     }
 }
@@ -212,15 +212,15 @@ static void infinities(void) {
                                   "+-inf in V"};
     for (int which = 0; which < 4; which++)
         for (int causal = 0; causal < 2; causal++) {
-            th_case c = {.B = 1, .Hq = 1, .Hkv = 1, .Tq = 100, .Tkv = 150, .Dk = 8, .Dv = 8,
+            sc_case c = {.B = 1, .Hq = 1, .Hkv = 1, .Tq = 100, .Tkv = 150, .Dk = 8, .Dv = 8,
                          .causal = causal, .seed = seed_of(4, which, causal)};
             inf_case ic = {which};
-            th_tensors out;
+            sc_tensors out;
             if (!th_run_case_with(&c, names[which], fill_inf, &ic, &out))
                 continue;
             int ok = 1;
             for (int64_t i = 0; i < c.Tq; i++) {
-                const float *o = th_at(&out.o, 0, 0, i);
+                const float *o = sc_at(&out.o, 0, 0, i);
                 const float lse = out.lse[i];
                 for (int64_t d = 0; d < c.Dv; d++) {
                     int want; /* 0 finite, 1 NaN, 2 +inf, 3 zero */
@@ -254,7 +254,7 @@ static void infinities(void) {
             }
             CHECK(ok, "%s (causal %d): NaN, inf and zeros must be exactly where IEEE puts them",
                   names[which], causal);
-            th_tensors_free(&out);
+            sc_tensors_free(&out);
         }
 }
 
@@ -262,15 +262,15 @@ static void infinities(void) {
  * still enters P V, so an inf in it makes 0 x inf = NaN, as in the reference and in
  * PyTorch. The same key hidden by a boolean mask contributes nothing. K row 9 is -inf in
  * every dimension against a positive Q (every score -inf), V row 9 is +inf. */
-static void fill_minus_inf_key(th_tensors *t, const th_case *c, void *ctx) {
+static void fill_minus_inf_key(sc_tensors *t, const sc_case *c, void *ctx) {
     (void)ctx;
     for (int64_t i = 0; i < c->Tq; i++)
         for (int64_t d = 0; d < c->Dk; d++)
-            th_at(&t->q, 0, 0, i)[d] = 0.25f + 0.5f * fabsf(th_at(&t->q, 0, 0, i)[d]);
+            sc_at(&t->q, 0, 0, i)[d] = 0.25f + 0.5f * fabsf(sc_at(&t->q, 0, 0, i)[d]);
     for (int64_t d = 0; d < c->Dk; d++)
-        th_at(&t->k, 0, 0, 9)[d] = -INFINITY;
+        sc_at(&t->k, 0, 0, 9)[d] = -INFINITY;
     for (int64_t d = 0; d < c->Dv; d++)
-        th_at(&t->v, 0, 0, 9)[d] = INFINITY;
+        sc_at(&t->v, 0, 0, 9)[d] = INFINITY;
     if (t->mask) /* hide key 9 from every row */
         for (int64_t i = 0; i < c->Tq; i++)
             ((uint8_t *)t->mask)[i * t->desc.mask.stride_q + 9] = 0;
@@ -278,13 +278,13 @@ static void fill_minus_inf_key(th_tensors *t, const th_case *c, void *ctx) {
 
 static void minus_inf_score(void) {
     for (int masked = 0; masked < 2; masked++) {
-        th_case c = {.B = 1, .Hq = 1, .Hkv = 1, .Tq = 30, .Tkv = 70, .Dk = 8, .Dv = 8,
+        sc_case c = {.B = 1, .Hq = 1, .Hkv = 1, .Tq = 30, .Tkv = 70, .Dk = 8, .Dv = 8,
                      .causal = 1, .seed = seed_of(11, masked, 0)};
         if (masked) {
             c.mask = SDPA_MASK_BOOL;
-            c.mask_bcast = TH_BCAST_B | TH_BCAST_H;
+            c.mask_bcast = SC_BCAST_B | SC_BCAST_H;
         }
-        th_tensors out;
+        sc_tensors out;
         if (!th_run_case_with(&c, masked ? "-inf score, key masked" : "-inf score", fill_minus_inf_key,
                               NULL, &out))
             continue;
@@ -294,12 +294,12 @@ static void minus_inf_score(void) {
                 continue;
             const int sees9 = sees(&c, i, 9);
             for (int64_t d = 0; d < c.Dv; d++)
-                ok &= !masked && sees9 ? isnan(th_at(&out.o, 0, 0, i)[d])
-                                       : isfinite(th_at(&out.o, 0, 0, i)[d]);
+                ok &= !masked && sees9 ? isnan(sc_at(&out.o, 0, 0, i)[d])
+                                       : isfinite(sc_at(&out.o, 0, 0, i)[d]);
         }
         CHECK(ok, "a -inf score with +inf in its V row must give NaN to the rows that see it "
               "%s", masked ? "only when not masked" : "(0 x inf)");
-        th_tensors_free(&out);
+        sc_tensors_free(&out);
     }
 }
 
@@ -308,9 +308,9 @@ typedef struct nan_key {
     int mask_even;     /* a boolean mask hides the key from even rows */
 } nan_key;
 
-static void fill_nan_key(th_tensors *t, const th_case *c, void *ctx) {
+static void fill_nan_key(sc_tensors *t, const sc_case *c, void *ctx) {
     const nan_key *nk = ctx;
-    th_at(&t->k, 0, nk->head, nk->row)[c->Dk - 1] = NAN;
+    sc_at(&t->k, 0, nk->head, nk->row)[c->Dk - 1] = NAN;
     if (t->desc.mask.kind == SDPA_MASK_BOOL) {
         const sdpa_mask *m = &t->desc.mask;
         for (int64_t h = 0; h < c->Hq; h++)
@@ -325,7 +325,7 @@ static void fill_nan_key(th_tensors *t, const th_case *c, void *ctx) {
  * others (causal, window, a mask, another K/V head, another split-KV chunk). */
 static void nan_key_row(void) {
     const struct {
-        th_case c;
+        sc_case c;
         nan_key nk;
     } cases[] = {
         {{.B = 1, .Hq = 1, .Hkv = 1, .Tq = 200, .Tkv = 200, .Dk = 16, .Dv = 8, .causal = 1},
@@ -347,10 +347,10 @@ static void nan_key_row(void) {
          {1, 1100, 0}},
     };
     for (int k = 0; k < N(cases); k++) {
-        th_case c = cases[k].c;
+        sc_case c = cases[k].c;
         c.seed = seed_of(5, k, 0);
         nan_key nk = cases[k].nk;
-        th_tensors out;
+        sc_tensors out;
         if (!th_run_case_with(&c, "NaN in one key row", fill_nan_key, &nk, &out))
             continue;
         int ok = 1;
@@ -359,14 +359,14 @@ static void nan_key_row(void) {
             for (int64_t i = 0; i < c.Tq; i++) {
                 const int hit = h / g == nk.head && sees(&c, i, nk.row) &&
                                 !(nk.mask_even && i % 2 == 0);
-                const float *o = th_at(&out.o, 0, h, i);
+                const float *o = sc_at(&out.o, 0, h, i);
                 for (int64_t d = 0; d < c.Dv; d++)
                     ok &= hit ? isnan(o[d]) : isfinite(o[d]);
                 ok &= hit ? isnan(out.lse[h * c.Tq + i]) : !isnan(out.lse[h * c.Tq + i]);
             }
         CHECK(ok, "case %d: NaN must reach exactly the rows that see key %lld of head %lld", k,
               (long long)nk.row, (long long)nk.head);
-        th_tensors_free(&out);
+        sc_tensors_free(&out);
     }
 }
 
@@ -375,26 +375,26 @@ static void nan_key_row(void) {
 /* Q = K = 0 (every score 0), V small multiples of the smallest subnormal: the sums are
  * exact in fp32, so the mean over 64 keys, rounded once, is the reference's bit for bit;
  * a flush-to-zero anywhere would show. */
-static void fill_subnormal(th_tensors *t, const th_case *c, void *ctx) {
+static void fill_subnormal(sc_tensors *t, const sc_case *c, void *ctx) {
     const int zero_qk = *(const int *)ctx;
     uint64_t rng = 5;
     for (int64_t i = 0; i < c->Tq; i++)
         for (int64_t d = 0; d < c->Dk; d++)
-            th_at(&t->q, 0, 0, i)[d] = zero_qk ? 0.0f : 0x1p-140f * (float)(d + 1);
+            sc_at(&t->q, 0, 0, i)[d] = zero_qk ? 0.0f : 0x1p-140f * (float)(d + 1);
     for (int64_t j = 0; j < c->Tkv; j++) {
         for (int64_t d = 0; d < c->Dk; d++)
-            th_at(&t->k, 0, 0, j)[d] = zero_qk ? 0.0f : -0x1p-135f * (float)(j % 7);
+            sc_at(&t->k, 0, 0, j)[d] = zero_qk ? 0.0f : -0x1p-135f * (float)(j % 7);
         for (int64_t d = 0; d < c->Dv; d++)
-            th_at(&t->v, 0, 0, j)[d] =
-                0x1p-149f * (float)((int)(th_rand_u64(&rng) % 1001) - 500);
+            sc_at(&t->v, 0, 0, j)[d] =
+                0x1p-149f * (float)((int)(sc_rand_u64(&rng) % 1001) - 500);
     }
 }
 
 static void subnormals(void) {
     for (int zero_qk = 0; zero_qk < 2; zero_qk++) {
-        th_case c = {.B = 1, .Hq = 1, .Hkv = 1, .Tq = 9, .Tkv = 64, .Dk = 8, .Dv = 16,
+        sc_case c = {.B = 1, .Hq = 1, .Hkv = 1, .Tq = 9, .Tkv = 64, .Dk = 8, .Dv = 16,
                      .seed = seed_of(6, zero_qk, 0)};
-        th_tensors f, r;
+        sc_tensors f, r;
         th_tensors_make(&f, &c);
         th_tensors_make(&r, &c);
         fill_subnormal(&f, &c, &zero_qk);
@@ -405,15 +405,15 @@ static void subnormals(void) {
         int subnormal_out = 0;
         for (int64_t i = 0; i < c.Tq && exact; i++)
             for (int64_t d = 0; d < c.Dv; d++) {
-                const float x = th_at(&f.o, 0, 0, i)[d], y = th_at(&r.o, 0, 0, i)[d];
+                const float x = sc_at(&f.o, 0, 0, i)[d], y = sc_at(&r.o, 0, 0, i)[d];
                 exact &= memcmp(&x, &y, sizeof x) == 0;
                 subnormal_out |= x != 0.0f && fabsf(x) < FLT_MIN;
             }
         CHECK(exact && subnormal_out,
               "subnormal values (%s Q/K): outputs must equal the reference bit for bit and stay "
               "subnormal (no flush to zero)", zero_qk ? "zero" : "subnormal");
-        th_tensors_free(&f);
-        th_tensors_free(&r);
+        sc_tensors_free(&f);
+        sc_tensors_free(&r);
     }
 }
 
@@ -424,15 +424,15 @@ typedef struct big_logits {
     int mode; /* 0 positive logits, 1 negative, 2 a +-1e38 additive mask */
 } big_logits;
 
-static void fill_big_logits(th_tensors *t, const th_case *c, void *ctx) {
+static void fill_big_logits(sc_tensors *t, const sc_case *c, void *ctx) {
     const big_logits *bl = ctx;
     for (int64_t i = 0; i < c->Tq; i++) {
-        float *q = th_at(&t->q, 0, 0, i);
+        float *q = sc_at(&t->q, 0, 0, i);
         memset(q, 0, (size_t)c->Dk * sizeof(float));
         q[0] = (float)(1 + i % 3) * (bl->mode == 1 ? -1.0f : 1.0f);
     }
     for (int64_t j = 0; j < c->Tkv; j++) {
-        float *k = th_at(&t->k, 0, 0, j);
+        float *k = sc_at(&t->k, 0, 0, j);
         memset(k, 0, (size_t)c->Dk * sizeof(float));
         k[0] = (float)((j * 5) % 7 - 3);
     }
@@ -447,7 +447,7 @@ static void fill_big_logits(th_tensors *t, const th_case *c, void *ctx) {
 static void logits_1e38(void) {
     for (int mode = 0; mode < 3; mode++)
         for (int causal = 0; causal < 2; causal++) {
-            th_case c = {.B = 1, .Hq = 1, .Hkv = 1, .Tq = 30, .Tkv = 140, .Dk = 4, .Dv = 8,
+            sc_case c = {.B = 1, .Hq = 1, .Hkv = 1, .Tq = 30, .Tkv = 140, .Dk = 4, .Dv = 8,
                          .causal = causal, .scale = mode == 2 ? 1.0f : 3e37f,
                          .mask = mode == 2 ? SDPA_MASK_ADDITIVE : SDPA_MASK_NONE,
                          .seed = seed_of(7, mode, causal)};
@@ -466,7 +466,7 @@ static void head_dims(void) {
                                       {1024, 1024}};
     for (int i = 0; i < N(dims); i++)
         for (int causal = 0; causal < 2; causal++) {
-            th_case c = {.B = 1, .Hq = 2, .Hkv = 1, .Tq = 70, .Tkv = 130, .Dk = dims[i][0],
+            sc_case c = {.B = 1, .Hq = 2, .Hkv = 1, .Tq = 70, .Tkv = 130, .Dk = dims[i][0],
                          .Dv = dims[i][1], .causal = causal, .seed = seed_of(8, i, causal)};
             if (th_quick && c.Dk * c.Dv > 1024 * 64)
                 c.Tq = 7, c.Tkv = 20;
@@ -475,7 +475,7 @@ static void head_dims(void) {
             th_run_case(&c, "head dims, 16-bit K/V");
         }
     /* the limit itself, SDPA_MAX_HEAD_DIM */
-    th_case c = {.B = 1, .Hq = 1, .Hkv = 1, .Tq = 2, .Tkv = 3, .Dk = SDPA_MAX_HEAD_DIM,
+    sc_case c = {.B = 1, .Hq = 1, .Hkv = 1, .Tq = 2, .Tkv = 3, .Dk = SDPA_MAX_HEAD_DIM,
                  .Dv = 4, .seed = seed_of(8, 99, 0)};
     th_run_case(&c, "Dk = SDPA_MAX_HEAD_DIM");
 }
@@ -484,9 +484,9 @@ static void head_dims(void) {
  * score as lse; under bottom-right causal only the last row sees it. */
 static void single_key(void) {
     for (int causal = 0; causal < 3; causal++) {
-        th_case c = {.B = 2, .Hq = 2, .Hkv = 1, .Tq = 70, .Tkv = 1, .Dk = 24, .Dv = 40,
+        sc_case c = {.B = 2, .Hq = 2, .Hkv = 1, .Tq = 70, .Tkv = 1, .Dk = 24, .Dv = 40,
                      .causal = causal, .seed = seed_of(9, causal, 0)};
-        th_tensors out;
+        sc_tensors out;
         if (!th_run_case_with(&c, "Tkv = 1", NULL, NULL, &out))
             continue;
         int ok = 1;
@@ -494,7 +494,7 @@ static void single_key(void) {
             for (int64_t h = 0; h < c.Hq; h++)
                 for (int64_t i = 0; i < c.Tq; i++) {
                     const int seen = causal != SDPA_CAUSAL_BOTTOM_RIGHT || i == c.Tq - 1;
-                    const float *o = th_at(&out.o, b, h, i), *v = th_at(&out.v, b, 0, 0);
+                    const float *o = sc_at(&out.o, b, h, i), *v = sc_at(&out.v, b, 0, 0);
                     for (int64_t d = 0; d < c.Dv; d++)
                         ok &= seen ? o[d] == v[d] : o[d] == 0.0f;
                     if (!seen)
@@ -502,7 +502,7 @@ static void single_key(void) {
                 }
         CHECK(ok, "Tkv = 1 (causal %d): outputs must be the value row exactly, or zeros",
               causal);
-        th_tensors_free(&out);
+        sc_tensors_free(&out);
     }
 }
 
@@ -510,7 +510,7 @@ static void single_key(void) {
  * 2^20 x 64 and every index stays in 64 bits. --quick (sanitizers, valgrind) uses 2^17. */
 static void long_sequences(void) {
     const int64_t T = th_quick ? (int64_t)1 << 17 : (int64_t)1 << 20;
-    const th_case cases[] = {
+    const sc_case cases[] = {
         /* decode over 2^20 keys: split-KV, grouped GQA */
         {.B = 1, .Hq = 2, .Hkv = 1, .Tq = 1, .Tkv = T, .Dk = 2, .Dv = 3, .causal = 1},
         /* 2^20 x 2^20 causal with a window (each row sees 6 keys) and ALiBi: row and key
@@ -522,7 +522,7 @@ static void long_sequences(void) {
         {.B = 1, .Hq = 1, .Hkv = 1, .Tq = T, .Tkv = 1, .Dk = 1, .Dv = 2, .dropout = 0.5f},
     };
     for (int k = 0; k < N(cases); k++) {
-        th_case c = cases[k];
+        sc_case c = cases[k];
         c.seed = seed_of(10, k, 0);
         th_run_case(&c, "2^20 rows or keys");
     }
@@ -555,7 +555,7 @@ static int far_make(far_view *v, int64_t H, int64_t T, int64_t D, int64_t sh, in
     for (int64_t h = 0; h < H; h++)
         for (int64_t i = 0; i < T; i++)
             for (int64_t d = 0; d < D; d++)
-                ((float *)v->t.data)[h * sh + i * st + d] = rng ? th_rand_float(rng) : NAN;
+                ((float *)v->t.data)[h * sh + i * st + d] = rng ? sc_rand_float(rng) : NAN;
     return 1;
 }
 
@@ -632,7 +632,7 @@ static void fixture_init(fixture *f) {
     memset(f, 0, sizeof *f);
     uint64_t rng = 3;
     for (int i = 0; i < XB * XH * XT * XD; i++)
-        f->q[i] = th_rand_float(&rng), f->k[i] = th_rand_float(&rng), f->v[i] = th_rand_float(&rng);
+        f->q[i] = sc_rand_float(&rng), f->k[i] = sc_rand_float(&rng), f->v[i] = sc_rand_float(&rng);
     memset(f->o, 0xA5, sizeof f->o);
     memset(f->lse, 0xA5, sizeof f->lse);
     memset(f->mask, 1, sizeof f->mask);

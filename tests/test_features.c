@@ -23,13 +23,13 @@
 static uint64_t seed_of(int a, int b, int c) { return (uint64_t)(a * 7919 + b * 131 + c) + 17; }
 
 static void masks(void) {
-    static const int bcasts[] = {0, TH_BCAST_B, TH_BCAST_H, TH_BCAST_B | TH_BCAST_H,
-                                 TH_BCAST_ROWS | TH_BCAST_H, TH_BCAST_B | TH_BCAST_H | TH_BCAST_ROWS};
+    static const int bcasts[] = {0, SC_BCAST_B, SC_BCAST_H, SC_BCAST_B | SC_BCAST_H,
+                                 SC_BCAST_ROWS | SC_BCAST_H, SC_BCAST_B | SC_BCAST_H | SC_BCAST_ROWS};
     static const float hidden[] = {0.0f, 0.3f, 0.9f};
     for (int kind = SDPA_MASK_ADDITIVE; kind <= SDPA_MASK_BOOL; kind++)
         for (int bc = 0; bc < N(bcasts); bc++)
             for (int hd = 0; hd < N(hidden); hd++) {
-                th_case c = {.B = 2, .Hq = 4, .Hkv = 2, .Tq = 70, .Tkv = 133, .Dk = 24, .Dv = 40,
+                sc_case c = {.B = 2, .Hq = 4, .Hkv = 2, .Tq = 70, .Tkv = 133, .Dk = 24, .Dv = 40,
                              .causal = bc % 3, .mask = kind, .mask_bcast = bcasts[bc],
                              .mask_hidden = hidden[hd], .mask_dt = (sdpa_dtype)(bc % 3),
                              .seed = seed_of(kind, bc, hd)};
@@ -38,16 +38,16 @@ static void masks(void) {
 }
 
 static void lengths(void) {
-    static const int modes[] = {TH_LENS_PADDED, TH_LENS_KV, TH_LENS_VARLEN};
+    static const int modes[] = {SC_LENS_PADDED, SC_LENS_KV, SC_LENS_VARLEN};
     static const int64_t shapes[][2] = {{1, 1}, {7, 129}, {65, 64}, {130, 257}, {300, 100}};
     for (int md = 0; md < N(modes); md++)
         for (int s = 0; s < N(shapes); s++)
             for (int causal = 0; causal < 3; causal++) {
-                th_case c = {.B = 5, .Hq = 4, .Hkv = 1, .Tq = shapes[s][0], .Tkv = shapes[s][1],
+                sc_case c = {.B = 5, .Hq = 4, .Hkv = 1, .Tq = shapes[s][0], .Tkv = shapes[s][1],
                              .Dk = 32, .Dv = 16, .causal = causal, .lens = modes[md],
                              .layout = s % 3, .seed = seed_of(md, s, causal)};
                 if (md == 2 && s % 3 == 1)
-                    c.layout = TH_BHTD; /* varlen views ignore stride_b: any layout works */
+                    c.layout = SC_BHTD; /* varlen views ignore stride_b: any layout works */
                 th_run_case(&c, "lengths");
             }
 }
@@ -59,7 +59,7 @@ static void windows(void) {
     for (int w = 0; w < N(wins); w++)
         for (int s = 0; s < N(shapes); s++)
             for (int causal = 0; causal < 3; causal++) {
-                th_case c = {.B = 1, .Hq = 2, .Hkv = 2, .Tq = shapes[s][0], .Tkv = shapes[s][1],
+                sc_case c = {.B = 1, .Hq = 2, .Hkv = 2, .Tq = shapes[s][0], .Tkv = shapes[s][1],
                              .Dk = 16, .Dv = 16, .causal = causal, .window = 1, .wl = wins[w][0],
                              .wr = wins[w][1], .seed = seed_of(w, s, causal)};
                 th_run_case(&c, "window");
@@ -67,27 +67,27 @@ static void windows(void) {
 }
 
 /* Scores near +-100 where a missing max subtraction or an unbounded tanh shows. */
-static void fill_big(th_tensors *t, const th_case *c, void *ctx) {
+static void fill_big(sc_tensors *t, const sc_case *c, void *ctx) {
     (void)ctx;
     for (int64_t b = 0; b < t->VB; b++)
         for (int64_t h = 0; h < c->Hq; h++)
             for (int64_t i = 0; i < t->desc.len_q; i++)
                 for (int64_t d = 0; d < c->Dk; d++)
-                    th_at(&t->q, b, h, i)[d] = (d % 2 ? 4.0f : -3.0f) * (float)((i % 5) + 1);
+                    sc_at(&t->q, b, h, i)[d] = (d % 2 ? 4.0f : -3.0f) * (float)((i % 5) + 1);
 }
 
 static void modifiers(void) {
     static const float caps[] = {0.5f, 5.0f, 30.0f, 1e4f};
     for (int i = 0; i < N(caps); i++)
         for (int causal = 0; causal < 2; causal++) {
-            th_case c = {.B = 2, .Hq = 2, .Hkv = 1, .Tq = 77, .Tkv = 140, .Dk = 48, .Dv = 32,
+            sc_case c = {.B = 2, .Hq = 2, .Hkv = 1, .Tq = 77, .Tkv = 140, .Dk = 48, .Dv = 32,
                          .causal = causal, .softcap = caps[i], .scale = 0.5f,
                          .seed = seed_of(i, causal, 1)};
             th_run_case(&c, "softcap");
             th_run_case_with(&c, "softcap, logits ~100", fill_big, NULL, NULL);
         }
     for (int causal = 0; causal < 3; causal++) {
-        th_case c = {.B = 2, .Hq = 8, .Hkv = 2, .Tq = 90, .Tkv = 150, .Dk = 32, .Dv = 32,
+        sc_case c = {.B = 2, .Hq = 8, .Hkv = 2, .Tq = 90, .Tkv = 150, .Dk = 32, .Dv = 32,
                      .causal = causal, .alibi = 1, .seed = seed_of(causal, 2, 2)};
         th_run_case(&c, "ALiBi");
         c.alibi = 0;
@@ -102,7 +102,7 @@ static void modifiers(void) {
 static void top_left(void) {
     static const int64_t shapes[][2] = {{100, 40}, {40, 100}, {1, 64}, {64, 1}, {129, 129}};
     for (int s = 0; s < N(shapes); s++) {
-        th_case c = {.B = 1, .Hq = 2, .Hkv = 1, .Tq = shapes[s][0], .Tkv = shapes[s][1],
+        sc_case c = {.B = 1, .Hq = 2, .Hkv = 1, .Tq = shapes[s][0], .Tkv = shapes[s][1],
                      .Dk = 20, .Dv = 20, .causal = SDPA_CAUSAL_TOP_LEFT, .seed = seed_of(s, 3, 3)};
         th_run_case(&c, "top-left causal");
     }
@@ -117,9 +117,9 @@ static void dtypes(void) {
     static const int64_t shapes[][4] = {{65, 65, 64, 64}, {1, 700, 128, 128}, {113, 37, 17, 80}};
     for (int i = 0; i < N(combos); i++)
         for (int s = 0; s < N(shapes); s++) {
-            th_case c = {.B = 2, .Hq = 4, .Hkv = 2, .Tq = shapes[s][0], .Tkv = shapes[s][1],
+            sc_case c = {.B = 2, .Hq = 4, .Hkv = 2, .Tq = shapes[s][0], .Tkv = shapes[s][1],
                          .Dk = shapes[s][2], .Dv = shapes[s][3], .causal = (i + s) & 1,
-                         .layout = s == 2 ? TH_PADDED : TH_BHTD, .seed = seed_of(i, s, 4)};
+                         .layout = s == 2 ? SC_PADDED : SC_BHTD, .seed = seed_of(i, s, 4)};
             memcpy(c.dt, combos[i], sizeof c.dt);
             th_run_case(&c, "16-bit storage");
         }
@@ -132,7 +132,7 @@ static void dropout(void) {
     static const float ps[] = {0.1f, 0.5f, 0.9f};
     for (int i = 0; i < N(ps); i++)
         for (int causal = 0; causal < 2; causal++) {
-            th_case c = {.B = 2, .Hq = 4, .Hkv = 2, .Tq = 70, .Tkv = 150, .Dk = 16, .Dv = 24,
+            sc_case c = {.B = 2, .Hq = 4, .Hkv = 2, .Tq = 70, .Tkv = 150, .Dk = 16, .Dv = 24,
                          .causal = causal, .dropout = ps[i], .seed = seed_of(i, causal, 5)};
             th_run_case(&c, "dropout");
             c.Tq = 1;
@@ -140,7 +140,7 @@ static void dropout(void) {
             th_run_case(&c, "dropout, split-KV decode");
             c.Tq = 40;
             c.Tkv = 90;
-            c.lens = TH_LENS_VARLEN;
+            c.lens = SC_LENS_VARLEN;
             c.B = 4;
             th_run_case(&c, "dropout, packed varlen");
         }
@@ -162,12 +162,12 @@ static void dropout(void) {
 /* Random combinations of every feature (a property test with a fixed seed). */
 static void combinations(int count) {
     uint64_t rng = 0xc0ffee + (uint64_t)th_isa;
-#define PICK(n) ((int)(th_rand_u64(&rng) % (uint64_t)(n)))
+#define PICK(n) ((int)(sc_rand_u64(&rng) % (uint64_t)(n)))
     for (int k = 0; k < count; k++) {
         static const int64_t Ts[] = {1, 2, 7, 16, 17, 63, 64, 65, 113, 200};
         static const int64_t Ds[] = {1, 3, 8, 16, 17, 64, 80};
         static const int64_t hk[][2] = {{1, 1}, {2, 1}, {4, 2}, {8, 1}, {3, 3}};
-        th_case c = {.B = 1 + PICK(3), .Hq = hk[k % 5][0], .Hkv = hk[k % 5][1],
+        sc_case c = {.B = 1 + PICK(3), .Hq = hk[k % 5][0], .Hkv = hk[k % 5][1],
                      .Tq = Ts[PICK(N(Ts))], .Tkv = Ts[PICK(N(Ts))], .Dk = Ds[PICK(N(Ds))],
                      .Dv = Ds[PICK(N(Ds))], .causal = PICK(3), .layout = PICK(3),
                      .seed = 1000 + (uint64_t)k};
@@ -198,16 +198,16 @@ static void combinations(int count) {
 }
 
 /* Rows that see nothing under every feature give +0 and lse = -inf (or the sink). */
-static int row_is_zero(const th_tensors *t, const th_case *c, int64_t b, int64_t h, int64_t i) {
+static int row_is_zero(const sc_tensors *t, const sc_case *c, int64_t b, int64_t h, int64_t i) {
     int ok = 1;
     for (int64_t d = 0; d < c->Dv; d++) {
-        const float x = th_get(&t->o, b, h, i, d);
+        const float x = sc_get(&t->o, b, h, i, d);
         ok &= x == 0.0f && !signbit(x);
     }
     return ok;
 }
 
-static int row_is_empty(const th_tensors *t, const th_case *c, int64_t b, int64_t h, int64_t i) {
+static int row_is_empty(const sc_tensors *t, const sc_case *c, int64_t b, int64_t h, int64_t i) {
     const float l = t->lse[b * c->Hq * t->desc.len_q + h * t->desc.len_q + i];
     return row_is_zero(t, c, b, h, i) && (c->sinks ? l == t->sinks[h] : (isinf(l) && l < 0));
 }
@@ -215,9 +215,9 @@ static int row_is_empty(const th_tensors *t, const th_case *c, int64_t b, int64_
 static void fully_masked_rows(void) {
     /* a padding row: q_lens[1] = 2 of 9 rows */
     {
-        th_case c = {.B = 3, .Hq = 2, .Hkv = 2, .Tq = 9, .Tkv = 20, .Dk = 8, .Dv = 8,
-                     .lens = TH_LENS_PADDED, .dt = {0, 0, 0, SDPA_F16}, .seed = 5};
-        th_tensors t;
+        sc_case c = {.B = 3, .Hq = 2, .Hkv = 2, .Tq = 9, .Tkv = 20, .Dk = 8, .Dv = 8,
+                     .lens = SC_LENS_PADDED, .dt = {0, 0, 0, SDPA_F16}, .seed = 5};
+        sc_tensors t;
         if (th_run_case_with(&c, "padding rows", NULL, NULL, &t)) {
             int ok = 1;
             for (int64_t b = 0; b < c.B; b++)
@@ -228,15 +228,15 @@ static void fully_masked_rows(void) {
                 for (int64_t i = 0; i < t.qlens[1]; i++)
                     ok &= row_is_empty(&t, &c, 1, h, i);
             CHECK(ok, "padding rows and key-less entries must be +0 with lse -inf");
-            th_tensors_free(&t);
+            sc_tensors_free(&t);
         }
     }
     /* with sinks on: a padding row is not a row, its lse is -inf (not the sink logit);
      * a real row that sees nothing has the sink logit as its lse, exactly */
     {
-        th_case c = {.B = 2, .Hq = 3, .Hkv = 1, .Tq = 9, .Tkv = 20, .Dk = 8, .Dv = 8,
-                     .lens = TH_LENS_PADDED, .sinks = 1, .causal = 2, .seed = 15};
-        th_tensors t;
+        sc_case c = {.B = 2, .Hq = 3, .Hkv = 1, .Tq = 9, .Tkv = 20, .Dk = 8, .Dv = 8,
+                     .lens = SC_LENS_PADDED, .sinks = 1, .causal = 2, .seed = 15};
+        sc_tensors t;
         if (th_run_case_with(&c, "padding rows with sinks", NULL, NULL, &t)) {
             int ok = 1;
             for (int64_t b = 0; b < c.B; b++)
@@ -250,15 +250,15 @@ static void fully_masked_rows(void) {
                     }
             CHECK(ok, "with sinks: padding rows must have lse -inf, key-less real rows the "
                   "sink logit");
-            th_tensors_free(&t);
+            sc_tensors_free(&t);
         }
     }
     /* a window that excludes everything for the first rows: non-causal window (0, 0)
      * with Tq > Tkv aligns row i to key i - (Tq - Tkv), before key 0 for the first rows */
     for (int sinks = 0; sinks < 2; sinks++) {
-        th_case c = {.B = 1, .Hq = 2, .Hkv = 1, .Tq = 50, .Tkv = 20, .Dk = 8, .Dv = 8,
+        sc_case c = {.B = 1, .Hq = 2, .Hkv = 1, .Tq = 50, .Tkv = 20, .Dk = 8, .Dv = 8,
                      .window = 1, .sinks = sinks, .seed = 6};
-        th_tensors t;
+        sc_tensors t;
         if (th_run_case_with(&c, "window excluding everything", NULL, NULL, &t)) {
             int ok = 1;
             for (int64_t h = 0; h < c.Hq; h++)
@@ -266,14 +266,14 @@ static void fully_masked_rows(void) {
                     ok &= row_is_empty(&t, &c, 0, h, i);
             CHECK(ok, "rows a window excludes entirely must be +0 with lse %s",
                   sinks ? "= the sink" : "-inf");
-            th_tensors_free(&t);
+            sc_tensors_free(&t);
         }
     }
     /* a mask row of all zeros: row 3 of every head (harness) */
     for (int kind = SDPA_MASK_ADDITIVE; kind <= SDPA_MASK_BOOL; kind++) {
-        th_case c = {.B = 2, .Hq = 2, .Hkv = 2, .Tq = 9, .Tkv = 100, .Dk = 8, .Dv = 8,
+        sc_case c = {.B = 2, .Hq = 2, .Hkv = 2, .Tq = 9, .Tkv = 100, .Dk = 8, .Dv = 8,
                      .mask = kind, .mask_hidden = 0.2f, .seed = 7};
-        th_tensors t;
+        sc_tensors t;
         if (th_run_case_with(&c, "mask row of all zeros", NULL, NULL, &t)) {
             int ok = 1;
             for (int64_t b = 0; b < c.B; b++)
@@ -281,7 +281,7 @@ static void fully_masked_rows(void) {
                     ok &= row_is_empty(&t, &c, b, h, 3);
             CHECK(ok, "a fully masked %s mask row must be +0 with lse -inf",
                   kind == SDPA_MASK_BOOL ? "boolean" : "additive");
-            th_tensors_free(&t);
+            sc_tensors_free(&t);
         }
     }
 }
@@ -292,11 +292,11 @@ typedef struct poison {
     int64_t key;
 } poison;
 
-static void fill_poison(th_tensors *t, const th_case *c, void *ctx) {
+static void fill_poison(sc_tensors *t, const sc_case *c, void *ctx) {
     const poison *ps = ctx;
     for (int64_t b = 0; b < t->VB; b++)
         for (int64_t h = 0; h < c->Hkv; h++) {
-            float *v = th_at(&t->v, b, h, ps->key);
+            float *v = sc_at(&t->v, b, h, ps->key);
             v[0] = NAN;
             v[c->Dv - 1] = INFINITY;
         }
@@ -313,15 +313,15 @@ static void fill_poison(th_tensors *t, const th_case *c, void *ctx) {
 static void hidden_values(void) {
     /* hidden by a boolean mask */
     {
-        th_case c = {.B = 1, .Hq = 2, .Hkv = 1, .Tq = 40, .Tkv = 90, .Dk = 16, .Dv = 16,
+        sc_case c = {.B = 1, .Hq = 2, .Hkv = 1, .Tq = 40, .Tkv = 90, .Dk = 16, .Dv = 16,
                      .mask = SDPA_MASK_BOOL, .mask_hidden = 0.1f, .seed = 8};
         poison ps = {70};
         th_run_case_with(&c, "non-finite V behind a boolean mask", fill_poison, &ps, NULL);
     }
     /* beyond kv_lens (never read), beyond the window, above the causal diagonal */
     {
-        th_case c = {.B = 3, .Hq = 2, .Hkv = 1, .Tq = 30, .Tkv = 90, .Dk = 16, .Dv = 16,
-                     .lens = TH_LENS_KV, .seed = 9};
+        sc_case c = {.B = 3, .Hq = 2, .Hkv = 1, .Tq = 30, .Tkv = 90, .Dk = 16, .Dv = 16,
+                     .lens = SC_LENS_KV, .seed = 9};
         poison ps = {89};
         th_run_case_with(&c, "non-finite V beyond kv_lens", fill_poison, &ps, NULL);
         c.lens = 0;
@@ -335,10 +335,10 @@ static void hidden_values(void) {
 
 /* Blocks outside a window, or hidden by an all-zero mask region, are not computed. */
 static void skipping(void) {
-    th_case c = {.B = 1, .Hq = 1, .Hkv = 1, .Tq = 2048, .Tkv = 2048, .Dk = 8, .Dv = 8,
+    sc_case c = {.B = 1, .Hq = 1, .Hkv = 1, .Tq = 2048, .Tkv = 2048, .Dk = 8, .Dv = 8,
                  .causal = 1, .window = 1, .wl = 100, .seed = 10};
     sdpa_stats st = {0};
-    th_tensors t;
+    sc_tensors t;
     th_tensors_make(&t, &c);
     t.desc.stats = &st;
     if (CHECK(sdpa_forward(&t.desc, &t.q, &t.k, &t.v, &t.o, t.lse) == SDPA_OK, "window call")) {
@@ -350,11 +350,11 @@ static void skipping(void) {
               "window 100 at T 2048: computed %lld blocks, at most %lld expected",
               (long long)st.blocks_computed, (long long)(nqb * per));
     }
-    th_tensors_free(&t);
+    sc_tensors_free(&t);
 
     /* a boolean mask keeping only keys < 100: blocks beyond are skipped */
-    th_case m = {.B = 1, .Hq = 2, .Hkv = 2, .Tq = 64, .Tkv = 1024, .Dk = 8, .Dv = 8,
-                 .mask = SDPA_MASK_BOOL, .mask_bcast = TH_BCAST_ROWS, .seed = 11};
+    sc_case m = {.B = 1, .Hq = 2, .Hkv = 2, .Tq = 64, .Tkv = 1024, .Dk = 8, .Dv = 8,
+                 .mask = SDPA_MASK_BOOL, .mask_bcast = SC_BCAST_ROWS, .seed = 11};
     th_tensors_make(&t, &m);
     for (int64_t h = 0; h < m.Hq; h++)
         for (int64_t j = 0; j < m.Tkv; j++)
@@ -366,7 +366,7 @@ static void skipping(void) {
               "mask keeping 100 of 1024 keys: computed %lld blocks, expected %lld",
               (long long)st.blocks_computed, (long long)(st.work_items * per));
     }
-    th_tensors_free(&t);
+    sc_tensors_free(&t);
 }
 
 void suite_features(void) {

@@ -28,7 +28,7 @@ void suite_sweep(void) {
             const int64_t T = sweep_T[t];
             if (th_quick && T > 257)
                 continue;
-            th_case c = {.B = 1, .Hq = 2, .Hkv = 1, .Tq = T, .Tkv = T, .Dk = 64, .Dv = 64,
+            sc_case c = {.B = 1, .Hq = 2, .Hkv = 1, .Tq = T, .Tkv = T, .Dk = 64, .Dv = 64,
                          .causal = causal, .seed = seed_of(T, causal, 1)};
             snprintf(label, sizeof label, "T sweep");
             th_run_case(&c, label);
@@ -37,7 +37,7 @@ void suite_sweep(void) {
     for (int d = 0; d < N(sweep_D); d++)
         for (int causal = 0; causal < 2; causal++) {
             const int64_t D = sweep_D[d];
-            th_case c = {.B = 2, .Hq = 2, .Hkv = 2, .Tq = 65, .Tkv = 65, .Dk = D, .Dv = D,
+            sc_case c = {.B = 2, .Hq = 2, .Hkv = 2, .Tq = 65, .Tkv = 65, .Dk = D, .Dv = D,
                          .causal = causal, .seed = seed_of(D, causal, 2)};
             th_run_case(&c, "D sweep");
         }
@@ -45,7 +45,7 @@ void suite_sweep(void) {
     static const int64_t dkdv[][2] = {{3, 17}, {64, 80}, {17, 128}, {256, 1}, {80, 96}, {1, 64}};
     for (int i = 0; i < N(dkdv); i++)
         for (int causal = 0; causal < 2; causal++) {
-            th_case c = {.B = 1, .Hq = 3, .Hkv = 3, .Tq = 113, .Tkv = 129, .Dk = dkdv[i][0],
+            sc_case c = {.B = 1, .Hq = 3, .Hkv = 3, .Tq = 113, .Tkv = 129, .Dk = dkdv[i][0],
                          .Dv = dkdv[i][1], .causal = causal, .seed = seed_of(i, causal, 3)};
             th_run_case(&c, "Dk != Dv");
         }
@@ -55,7 +55,7 @@ void suite_sweep(void) {
                                        {1000, 17}, {2, 1},   {64, 65},  {65, 64}};
     for (int i = 0; i < N(tqtkv); i++)
         for (int causal = 0; causal < 2; causal++) {
-            th_case c = {.B = 2, .Hq = 2, .Hkv = 1, .Tq = tqtkv[i][0], .Tkv = tqtkv[i][1],
+            sc_case c = {.B = 2, .Hq = 2, .Hkv = 1, .Tq = tqtkv[i][0], .Tkv = tqtkv[i][1],
                          .Dk = 40, .Dv = 24, .causal = causal, .seed = seed_of(i, causal, 4)};
             th_run_case(&c, "Tq != Tkv");
         }
@@ -63,24 +63,24 @@ void suite_sweep(void) {
     static const int64_t hkv[] = {8, 4, 2, 1};
     for (int i = 0; i < N(hkv); i++)
         for (int causal = 0; causal < 2; causal++) {
-            th_case c = {.B = 2, .Hq = 8, .Hkv = hkv[i], .Tq = 65, .Tkv = 129, .Dk = 64,
+            sc_case c = {.B = 2, .Hq = 8, .Hkv = hkv[i], .Tq = 65, .Tkv = 129, .Dk = 64,
                          .Dv = 64, .causal = causal, .seed = seed_of(hkv[i], causal, 5)};
             th_run_case(&c, "GQA");
         }
     /* explicit scales, including a negative one */
     static const float scales[] = {1.0f, 0.01f, -0.3f, 3.0f};
     for (int i = 0; i < N(scales); i++) {
-        th_case c = {.B = 1, .Hq = 2, .Hkv = 2, .Tq = 33, .Tkv = 70, .Dk = 16, .Dv = 16,
+        sc_case c = {.B = 1, .Hq = 2, .Hkv = 2, .Tq = 33, .Tkv = 70, .Dk = 16, .Dv = 16,
                      .causal = i & 1, .scale = scales[i], .seed = seed_of(i, 0, 6)};
         th_run_case(&c, "scale");
     }
 }
 
 void suite_layout(void) {
-    static const int layouts[] = {TH_BTHD, TH_PADDED};
+    static const int layouts[] = {SC_BTHD, SC_PADDED};
     for (int l = 0; l < N(layouts); l++)
         for (int causal = 0; causal < 2; causal++) {
-            th_case c = {.B = 2, .Hq = 4, .Hkv = 2, .Tq = 67, .Tkv = 131, .Dk = 24, .Dv = 17,
+            sc_case c = {.B = 2, .Hq = 4, .Hkv = 2, .Tq = 67, .Tkv = 131, .Dk = 24, .Dv = 17,
                          .causal = causal, .layout = layouts[l], .seed = seed_of(l, causal, 7)};
             th_run_case(&c, "layout");
             c.Tq = 1; /* decode row, strided */
@@ -89,8 +89,8 @@ void suite_layout(void) {
     /* buffers that start right after an unmapped page, shifted off every alignment */
     static const int shifts[] = {0, 1, 3, 5, 15};
     for (int s = 0; s < N(shifts); s++) {
-        th_case c = {.B = 1, .Hq = 2, .Hkv = 1, .Tq = 70, .Tkv = 70, .Dk = 19, .Dv = 33,
-                     .causal = s & 1, .guard = TH_GUARD_BEFORE, .misalign = shifts[s],
+        sc_case c = {.B = 1, .Hq = 2, .Hkv = 1, .Tq = 70, .Tkv = 70, .Dk = 19, .Dv = 33,
+                     .causal = s & 1, .guard = SC_GUARD_BEFORE, .misalign = shifts[s],
                      .layout = s % 3, .seed = seed_of(s, 0, 8)};
         th_run_case(&c, "guard before, misaligned");
     }
@@ -98,8 +98,8 @@ void suite_layout(void) {
 
 /* Fused output (o then lse, as bytes) of a case with a given thread count, copied out;
  * *bytes gets its size. */
-static unsigned char *run_threads(const th_case *c, int threads, sdpa_stats *st, size_t *bytes) {
-    th_tensors t;
+static unsigned char *run_threads(const sc_case *c, int threads, sdpa_stats *st, size_t *bytes) {
+    sc_tensors t;
     th_tensors_make(&t, c);
     t.desc.num_threads = threads;
     t.desc.stats = st;
@@ -111,7 +111,7 @@ static unsigned char *run_threads(const th_case *c, int threads, sdpa_stats *st,
         memcpy(out, t.o.data, ob);
         memcpy(out + ob, t.lse, t.elems[4] * sizeof(float));
     }
-    th_tensors_free(&t);
+    sc_tensors_free(&t);
     return out;
 }
 
@@ -121,7 +121,7 @@ void suite_threads(void) {
     /* correctness at each thread count */
     for (int i = 0; i < 4; i++)
         for (int causal = 0; causal < 2; causal++) {
-            th_case c = {.B = 2, .Hq = 3, .Hkv = 3, .Tq = 200, .Tkv = 200, .Dk = 32, .Dv = 32,
+            sc_case c = {.B = 2, .Hq = 3, .Hkv = 3, .Tq = 200, .Tkv = 200, .Dk = 32, .Dv = 32,
                          .causal = causal, .threads = counts[i], .seed = seed_of(i, causal, 9)};
             th_run_case(&c, "threads");
         }
@@ -131,7 +131,7 @@ void suite_threads(void) {
     for (int i = 0; i < N(tkvs); i++) {
         if (th_quick && tkvs[i] > 4096)
             continue;
-        th_case c = {.B = 1, .Hq = 8, .Hkv = 2, .Tq = 1, .Tkv = tkvs[i], .Dk = 64, .Dv = 48,
+        sc_case c = {.B = 1, .Hq = 8, .Hkv = 2, .Tq = 1, .Tkv = tkvs[i], .Dk = 64, .Dv = 48,
                      .causal = 1, .threads = 3, .seed = seed_of(i, 0, 12)};
         th_run_case(&c, "split-KV decode, GQA 4");
         c.Hkv = 8;
@@ -141,17 +141,17 @@ void suite_threads(void) {
     }
     /* the same bits for every thread count: prefill, decode (split-KV), grouped small-Tq
      * (speculative decoding), and the features on top */
-    const th_case shapes[] = {
+    const sc_case shapes[] = {
         {.B = 1, .Hq = 3, .Hkv = 1, .Tq = 300, .Tkv = 300, .Dk = 40, .Dv = 40, .causal = 1},
         {.B = 2, .Hq = 4, .Hkv = 4, .Tq = 129, .Tkv = 257, .Dk = 64, .Dv = 48, .causal = 0},
         {.B = 1, .Hq = 8, .Hkv = 2, .Tq = 1, .Tkv = 5000, .Dk = 64, .Dv = 64, .causal = 1},
         {.B = 1, .Hq = 4, .Hkv = 4, .Tq = 1, .Tkv = 20000, .Dk = 32, .Dv = 32, .causal = 1},
         {.B = 2, .Hq = 8, .Hkv = 1, .Tq = 7, .Tkv = 3000, .Dk = 64, .Dv = 64, .causal = 1},
         {.B = 3, .Hq = 4, .Hkv = 2, .Tq = 5, .Tkv = 2000, .Dk = 32, .Dv = 32, .causal = 1,
-         .lens = TH_LENS_PADDED, .sinks = 1, .window = 1, .wl = 700, .dt = {0, 1, 1, 0}},
+         .lens = SC_LENS_PADDED, .sinks = 1, .window = 1, .wl = 700, .dt = {0, 1, 1, 0}},
     };
     for (int s = 0; s < N(shapes); s++) {
-        th_case c = shapes[s];
+        sc_case c = shapes[s];
         c.seed = seed_of(s, 0, 10);
         sdpa_stats st1 = {0}, st;
         size_t n, n2;
@@ -172,7 +172,7 @@ void suite_threads(void) {
     }
     /* GQA grouping: a decode step is one item per K/V head, its rows the g query heads */
     {
-        th_case c = {.B = 2, .Hq = 32, .Hkv = 8, .Tq = 1, .Tkv = 256, .Dk = 16, .Dv = 16,
+        sc_case c = {.B = 2, .Hq = 32, .Hkv = 8, .Tq = 1, .Tkv = 256, .Dk = 16, .Dv = 16,
                      .causal = 1};
         sdpa_stats st = {0};
         size_t n;
@@ -184,14 +184,14 @@ void suite_threads(void) {
               "grouped decode computed %lld blocks", (long long)st.blocks_computed);
     }
     /* a seed-sized problem never enters a parallel region */
-    th_case tiny = {.B = 1, .Hq = 2, .Hkv = 2, .Tq = 6, .Tkv = 6, .Dk = 4, .Dv = 4, .causal = 1};
+    sc_case tiny = {.B = 1, .Hq = 2, .Hkv = 2, .Tq = 6, .Tkv = 6, .Dk = 4, .Dv = 4, .causal = 1};
     sdpa_stats st;
     size_t n;
     free(run_threads(&tiny, 8, &st, &n));
     CHECK(st.threads == 1, "a 6x6 attention ran %d threads", st.threads);
 #ifdef _OPENMP
     /* a large one does use the threads it is allowed */
-    th_case big = {.B = 1, .Hq = 4, .Hkv = 4, .Tq = 256, .Tkv = 256, .Dk = 64, .Dv = 64};
+    sc_case big = {.B = 1, .Hq = 4, .Hkv = 4, .Tq = 256, .Tkv = 256, .Dk = 64, .Dv = 64};
     free(run_threads(&big, 2, &st, &n));
     CHECK(st.threads == 2, "a 4x256x256x64 attention with num_threads = 2 ran %d threads",
           st.threads);
@@ -219,7 +219,7 @@ void suite_threads(void) {
 
 /* Blocks the driver must compute, counted independently of it: for each query block,
  * the key blocks up to the one holding the last visible key of its last row. */
-static int64_t expected_computed(const th_case *c, int br, int bc) {
+static int64_t expected_computed(const sc_case *c, int br, int bc) {
     int64_t total = 0;
     for (int64_t i0 = 0; i0 < c->Tq; i0 += br) {
         const int64_t last = (i0 + br < c->Tq ? i0 + br : c->Tq) - 1;
@@ -231,7 +231,7 @@ static int64_t expected_computed(const th_case *c, int br, int bc) {
 }
 
 void suite_skip(void) {
-    const th_case cases[] = {
+    const sc_case cases[] = {
         {.B = 1, .Hq = 1, .Hkv = 1, .Tq = 1024, .Tkv = 1024, .Dk = 16, .Dv = 16, .causal = 1},
         {.B = 1, .Hq = 1, .Hkv = 1, .Tq = 1024, .Tkv = 1024, .Dk = 16, .Dv = 16, .causal = 0},
         {.B = 2, .Hq = 2, .Hkv = 1, .Tq = 300, .Tkv = 1000, .Dk = 8, .Dv = 8, .causal = 1},
@@ -239,14 +239,14 @@ void suite_skip(void) {
         {.B = 1, .Hq = 4, .Hkv = 4, .Tq = 1, .Tkv = 777, .Dk = 8, .Dv = 8, .causal = 1},
     };
     for (int i = 0; i < N(cases); i++) {
-        th_case c = cases[i];
+        sc_case c = cases[i];
         c.seed = seed_of(i, 0, 11);
         sdpa_stats st = {0};
-        th_tensors t;
+        sc_tensors t;
         th_tensors_make(&t, &c);
         t.desc.stats = &st;
         const sdpa_status s = sdpa_forward(&t.desc, &t.q, &t.k, &t.v, &t.o, t.lse);
-        th_tensors_free(&t);
+        sc_tensors_free(&t);
         if (!CHECK(s == SDPA_OK, "case %d: %s", i, sdpa_strerror(s)))
             continue;
         const int64_t nqb = (c.Tq + st.block_q - 1) / st.block_q;

@@ -25,7 +25,7 @@
 static float *rand_floats(size_t n, uint64_t *rng) {
     float *a = malloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++)
-        a[i] = th_rand_float(rng);
+        a[i] = sc_rand_float(rng);
     return a;
 }
 
@@ -118,7 +118,7 @@ static void test_linear(void) {
 /* The weights w of the fused tensors f (after sdpa_attention_weights) against the
  * oracle's: a hidden key exactly +0, a visible one within the fp32 tolerance or NaN
  * where the oracle's is NaN. */
-static void check_weights_oracle(const th_tensors *f, const th_case *c, const float *w,
+static void check_weights_oracle(const sc_tensors *f, const sc_case *c, const float *w,
                                  const char *label) {
     const int64_t Tq = f->desc.len_q, Tkv = f->desc.len_kv;
     const size_t rows = (size_t)(f->VB * c->Hq * Tq);
@@ -164,24 +164,24 @@ static void check_weights_oracle(const th_tensors *f, const th_case *c, const fl
     free(ow);
 }
 
-static void check_weights(th_case c, const char *label) {
+static void check_weights(sc_case c, const char *label) {
     c.Dv = c.Tkv; /* V = I, so the reference's output is its weights */
-    th_tensors f, r;
+    sc_tensors f, r;
     th_tensors_make(&f, &c);
     th_tensors_make(&r, &c);
     const int64_t Tq = f.desc.len_q, Tkv = f.desc.len_kv;
-    if (c.lens == TH_LENS_VARLEN) /* a row of V per packed key, I within each sequence */
+    if (c.lens == SC_LENS_VARLEN) /* a row of V per packed key, I within each sequence */
         for (int64_t h = 0; h < c.Hkv; h++)
             for (int64_t b = 0; b < c.B; b++)
                 for (int64_t j = f.cukv[b]; j < f.cukv[b + 1]; j++)
                     for (int64_t d = 0; d < c.Dv; d++)
-                        th_at(&r.v, 0, h, j)[d] = d == j - f.cukv[b];
+                        sc_at(&r.v, 0, h, j)[d] = d == j - f.cukv[b];
     else
         for (int64_t b = 0; b < f.VB; b++)
             for (int64_t h = 0; h < c.Hkv; h++)
                 for (int64_t j = 0; j < Tkv; j++)
                     for (int64_t d = 0; d < c.Dv; d++)
-                        th_at(&r.v, b, h, j)[d] = d == j;
+                        sc_at(&r.v, b, h, j)[d] = d == j;
     const size_t nw = (size_t)(f.VB * c.Hq * Tq * Tkv);
     float *w = malloc(nw * sizeof(float));
     sdpa_status st = sdpa_forward(&f.desc, &f.q, &f.k, &f.v, &f.o, f.lse);
@@ -195,7 +195,7 @@ static void check_weights(th_case c, const char *label) {
             for (int64_t i = 0; i < Tq; i++)
                 for (int64_t j = 0; j < Tkv; j++) {
                     const float got = w[((b * c.Hq + h) * Tq + i) * Tkv + j];
-                    const float want = j < c.Dv ? th_at(&r.o, b, h, i)[j] : 0.0f;
+                    const float want = j < c.Dv ? sc_at(&r.o, b, h, i)[j] : 0.0f;
                     const double e = fabs((double)got - (double)want);
                     worst = e > worst ? e : worst;
                     bad += !(e <= 1e-5 + 1e-4 * fabs((double)want)) && !(isnan(got) && isnan(want));
@@ -206,12 +206,12 @@ static void check_weights(th_case c, const char *label) {
     if (st == SDPA_OK)
         check_weights_oracle(&f, &c, w, label);
     free(w);
-    th_tensors_free(&f);
-    th_tensors_free(&r);
+    sc_tensors_free(&f);
+    sc_tensors_free(&r);
 }
 
 static void test_weights(void) {
-    const th_case cases[] = {
+    const sc_case cases[] = {
         {.B = 2, .Hq = 2, .Hkv = 1, .Tq = 6, .Tkv = 6, .Dk = 3, .causal = 1},
         {.B = 1, .Hq = 4, .Hkv = 2, .Tq = 70, .Tkv = 133, .Dk = 16},
         {.B = 1, .Hq = 2, .Hkv = 2, .Tq = 40, .Tkv = 100, .Dk = 8, .causal = 2, .window = 1,
@@ -219,12 +219,12 @@ static void test_weights(void) {
         {.B = 2, .Hq = 2, .Hkv = 2, .Tq = 30, .Tkv = 70, .Dk = 8, .mask = SDPA_MASK_BOOL,
          .mask_hidden = 0.4f, .softcap = 3.0f, .dropout = 0.25f},
         {.B = 3, .Hq = 2, .Hkv = 1, .Tq = 20, .Tkv = 50, .Dk = 8, .causal = 1,
-         .lens = TH_LENS_VARLEN, .dropout = 0.5f},
+         .lens = SC_LENS_VARLEN, .dropout = 0.5f},
         {.B = 3, .Hq = 2, .Hkv = 1, .Tq = 20, .Tkv = 50, .Dk = 8, .causal = 1,
-         .lens = TH_LENS_PADDED, .dt = {SDPA_F16, SDPA_BF16, 0, 0}},
+         .lens = SC_LENS_PADDED, .dt = {SDPA_F16, SDPA_BF16, 0, 0}},
     };
     for (int i = 0; i < N(cases); i++) {
-        th_case c = cases[i];
+        sc_case c = cases[i];
         c.seed = 900 + (uint64_t)i;
         check_weights(c, "vs the reference");
     }
@@ -236,19 +236,19 @@ static void test_weights(void) {
  * causal, q = k = 1 with K[1] = NaN: row 1 sees keys 0 and 1 and must read [NaN NaN 0 0];
  * then a NaN key row and an inf x 0 score (inf in Q against a 0 in K) in larger cases
  * with masks, windows and padding, every element against the oracle. */
-static void fill_nan_row(th_tensors *t, const th_case *c, void *ctx) {
+static void fill_nan_row(sc_tensors *t, const sc_case *c, void *ctx) {
     const int *kind = ctx;
     (void)c;
     if (*kind == 0) {
         for (int64_t h = 0; h < c->Hkv; h++)
             for (int64_t d = 0; d < c->Dk; d++)
-                th_at(&t->k, 0, h, 5)[d] = NAN;
+                sc_at(&t->k, 0, h, 5)[d] = NAN;
     } else {
         for (int64_t h = 0; h < c->Hq; h++)
-            th_at(&t->q, 0, h, 7)[0] = INFINITY;
+            sc_at(&t->q, 0, h, 7)[0] = INFINITY;
         for (int64_t h = 0; h < c->Hkv; h++)
             for (int64_t j = 0; j < c->Tkv; j++)
-                th_at(&t->k, 0, h, j)[0] = 0.0f;
+                sc_at(&t->k, 0, h, j)[0] = 0.0f;
     }
 }
 
@@ -272,19 +272,19 @@ static void weights_nan_rows(void) {
         CHECK(ok, "weights with K[1] = NaN, T = 4, causal: status %d, row 1 = [%g %g %g %g], "
               "want [nan nan 0 0]", st, (double)w[4], (double)w[5], (double)w[6], (double)w[7]);
     }
-    static const th_case cases[] = {
+    static const sc_case cases[] = {
         {.B = 1, .Hq = 2, .Hkv = 1, .Tq = 40, .Tkv = 40, .Dk = 8, .causal = 1},
         {.B = 2, .Hq = 2, .Hkv = 2, .Tq = 30, .Tkv = 90, .Dk = 8, .mask = SDPA_MASK_BOOL,
          .mask_hidden = 0.4f, .window = 1, .wl = 20, .wr = 3},
         {.B = 3, .Hq = 2, .Hkv = 1, .Tq = 20, .Tkv = 70, .Dk = 8, .causal = 2,
-         .lens = TH_LENS_PADDED, .sinks = 1, .mask = SDPA_MASK_ADDITIVE, .mask_hidden = 0.3f},
+         .lens = SC_LENS_PADDED, .sinks = 1, .mask = SDPA_MASK_ADDITIVE, .mask_hidden = 0.3f},
     };
     for (int kind = 0; kind < 2; kind++)
         for (int i = 0; i < N(cases); i++) {
-            th_case c = cases[i];
+            sc_case c = cases[i];
             c.Dv = 5;
             c.seed = 950 + (uint64_t)(10 * kind + i);
-            th_tensors f;
+            sc_tensors f;
             th_tensors_make(&f, &c);
             fill_nan_row(&f, &c, &kind);
             const size_t nw = (size_t)(f.VB * c.Hq * f.desc.len_q * f.desc.len_kv);
@@ -296,7 +296,7 @@ static void weights_nan_rows(void) {
                       kind ? "inf x 0 score" : "NaN key row", st))
                 check_weights_oracle(&f, &c, w, kind ? "inf x 0 score" : "NaN key row");
             free(w);
-            th_tensors_free(&f);
+            sc_tensors_free(&f);
         }
 }
 

@@ -33,9 +33,9 @@
 #define SOAK_WORKERS 6
 
 typedef struct soak_cfg {
-    th_case c;
+    sc_case c;
     int isa;              /* desc.isa of the calls; 0: the process-wide ISA, flipped */
-    th_tensors t;         /* inputs, and the output views the workers copy */
+    sc_tensors t;         /* inputs, and the output views the workers copy */
     size_t obytes, lbytes;
     unsigned char *pristine_o, *pristine_l; /* outputs before any call (the fill) */
     unsigned char *want_o[SDPA_ISA_COUNT_], *want_l[SDPA_ISA_COUNT_]; /* by ISA */
@@ -77,22 +77,22 @@ static unsigned char *dup(const void *p, size_t n) {
 }
 
 static void setup(void) {
-    const th_case cases[] = {
+    const sc_case cases[] = {
         {.B = 2, .Hq = 4, .Hkv = 2, .Tq = 200, .Tkv = 200, .Dk = 64, .Dv = 48, .causal = 1,
          .threads = 2},
         {.B = 1, .Hq = 8, .Hkv = 2, .Tq = 1, .Tkv = 3000, .Dk = 32, .Dv = 32, .causal = 1,
          .threads = 3, .sinks = 1},
         {.B = 3, .Hq = 2, .Hkv = 1, .Tq = 70, .Tkv = 130, .Dk = 24, .Dv = 40,
-         .lens = TH_LENS_PADDED, .mask = SDPA_MASK_BOOL, .mask_hidden = 0.3f},
+         .lens = SC_LENS_PADDED, .mask = SDPA_MASK_BOOL, .mask_hidden = 0.3f},
         {.B = 3, .Hq = 2, .Hkv = 2, .Tq = 90, .Tkv = 150, .Dk = 16, .Dv = 16, .causal = 1,
-         .lens = TH_LENS_VARLEN, .window = 1, .wl = 40, .alibi = 1, .threads = 2},
+         .lens = SC_LENS_VARLEN, .window = 1, .wl = 40, .alibi = 1, .threads = 2},
         {.B = 1, .Hq = 3, .Hkv = 3, .Tq = 129, .Tkv = 257, .Dk = 40, .Dv = 40, .threads = 1,
          .dt = {SDPA_F16, SDPA_BF16, SDPA_F16, SDPA_BF16}, .softcap = 20.0f,
-         .layout = TH_PADDED},
+         .layout = SC_PADDED},
         {.B = 2, .Hq = 2, .Hkv = 1, .Tq = 60, .Tkv = 100, .Dk = 32, .Dv = 32, .dropout = 0.2f,
-         .mask = SDPA_MASK_ADDITIVE, .mask_dt = SDPA_F16, .mask_bcast = TH_BCAST_B},
+         .mask = SDPA_MASK_ADDITIVE, .mask_dt = SDPA_F16, .mask_bcast = SC_BCAST_B},
         {.B = 1, .Hq = 8, .Hkv = 1, .Tq = 5, .Tkv = 2000, .Dk = 32, .Dv = 32, .causal = 1,
-         .window = 1, .wl = 900, .threads = 2, .layout = TH_BTHD},
+         .window = 1, .wl = 900, .threads = 2, .layout = SC_BTHD},
         {.B = 1, .Hq = 2, .Hkv = 2, .Tq = 6, .Tkv = 6, .Dk = 4, .Dv = 4, .causal = 1,
          .threads = 4},
         {.B = 1, .Hq = 4, .Hkv = 4, .Tq = 150, .Tkv = 150, .Dk = 32, .Dv = 32, .causal = 1,
@@ -148,7 +148,7 @@ static void teardown(void) {
         free(s->pristine_l);
         free(s->ref_o);
         free(s->ref_l);
-        th_tensors_free(&s->t);
+        sc_tensors_free(&s->t);
     }
 }
 
@@ -172,7 +172,7 @@ static void note(worker *w, const char *fmt, ...) {
 
 /* One call chosen by the worker's stream, checked against its expected bits. */
 static void one_call(worker *w, uint64_t *rng) {
-    const uint64_t r = th_rand_u64(rng);
+    const uint64_t r = sc_rand_u64(rng);
     const int k = (int)(r % (uint64_t)ncfg);
     const soak_cfg *s = &cfgs[k];
     const int bad = (r >> 8) % 8 == 0;             /* an invalid call now and then */

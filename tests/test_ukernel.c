@@ -67,9 +67,9 @@ static const char *dtype_name(sdpa_dtype dt) {
  * representable in dt; `exact` receives them as fp32, row-major with stride width. */
 static void *caller_rows(int rows, int width, int64_t ld, sdpa_dtype dt, float *exact) {
     const size_t elems = (size_t)((int64_t)(rows - 1) * ld + width);
-    char *buf = th_alloc(elems * dtype_bytes(dt), TH_GUARD_AFTER);
+    char *buf = th_alloc(elems * dtype_bytes(dt), SC_GUARD_AFTER);
     for (size_t e = 0; e < elems; e++) {
-        const float x = th_rand_float(&rng);
+        const float x = sc_rand_float(&rng);
         if (dt == SDPA_F32) {
             memcpy(buf + 4 * e, &x, 4);
         } else {
@@ -110,7 +110,7 @@ static void check_qk(int m, int n, int dk, int64_t ldk, sdpa_dtype dt, float sca
     float *q = scratch_alloc((size_t)m * (size_t)ldq);
     for (int r = 0; r < m; r++)
         for (int d = 0; d < ldq; d++) /* padding is NaN: reading it poisons S */
-            q[(size_t)r * (size_t)ldq + (size_t)d] = d < dk ? th_rand_float(&rng) : NAN;
+            q[(size_t)r * (size_t)ldq + (size_t)d] = d < dk ? sc_rand_float(&rng) : NAN;
     const size_t kp_n = (size_t)np * (size_t)dk;
     float *kp = scratch_alloc(kp_n);
     float *s = scratch_alloc((size_t)m * (size_t)lds);
@@ -153,7 +153,7 @@ static void check_qk(int m, int n, int dk, int64_t ldk, sdpa_dtype dt, float sca
     scratch_free(q);
     scratch_free(kp);
     scratch_free(s);
-    th_free(k);
+    sc_free(k);
     free(kx);
 }
 
@@ -198,7 +198,7 @@ static void check_qk_rows(int m, int n, int dk, int64_t ldk, sdpa_dtype dt, floa
     float *q = scratch_alloc((size_t)m * (size_t)ldq);
     for (int r = 0; r < m; r++)
         for (int d = 0; d < ldq; d++) /* padding is NaN: reading it poisons S */
-            q[(size_t)r * (size_t)ldq + (size_t)d] = d < dk ? th_rand_float(&rng) : NAN;
+            q[(size_t)r * (size_t)ldq + (size_t)d] = d < dk ? sc_rand_float(&rng) : NAN;
     const size_t sn = (size_t)m * (size_t)lds;
     float *s = scratch_alloc(sn), *s2 = scratch_alloc(sn);
 
@@ -248,7 +248,7 @@ static void check_qk_rows(int m, int n, int dk, int64_t ldk, sdpa_dtype dt, floa
     scratch_free(q);
     scratch_free(s);
     scratch_free(s2);
-    th_free(k);
+    sc_free(k);
     free(kx);
 }
 
@@ -289,7 +289,7 @@ static void test_widening(void) {
     static const sdpa_dtype dts[] = {SDPA_F16, SDPA_BF16};
     for (int t = 0; t < N(dts); t++) {
         const sdpa_dtype dt = dts[t];
-        uint16_t *all = th_alloc(PATTERNS * sizeof(uint16_t), TH_GUARD_AFTER);
+        uint16_t *all = th_alloc(PATTERNS * sizeof(uint16_t), SC_GUARD_AFTER);
         for (int i = 0; i < PATTERNS; i++)
             all[i] = (uint16_t)i;
         float *q = scratch_alloc(16), *s = scratch_alloc(CHUNK);
@@ -330,7 +330,7 @@ static void test_widening(void) {
         scratch_free(s);
         scratch_free(o);
         scratch_free(p);
-        th_free(all);
+        sc_free(all);
     }
 }
 
@@ -348,7 +348,7 @@ static void check_softmax(int m, int n) {
         const int kind = r % 6;
         float *row = s + (size_t)r * (size_t)lds;
         for (int j = 0; j < n; j++) {
-            float x = 8.0f * th_rand_float(&rng);
+            float x = 8.0f * sc_rand_float(&rng);
             if (kind == 2 && (j % 3) == 1)
                 x = -INFINITY;
             if (kind == 3)
@@ -356,15 +356,15 @@ static void check_softmax(int m, int n) {
             if (kind == 4 && j == n / 2)
                 x = NAN;
             if (kind == 5)
-                x = 90.0f + 10.0f * th_rand_float(&rng); /* exp(x) alone overflows */
+                x = 90.0f + 10.0f * sc_rand_float(&rng); /* exp(x) alone overflows */
             row[j] = x;
         }
         /* padding: a huge finite score, which a kernel that folds it into the max or the
          * sum cannot hide (NaN would vanish in a NaN-ignoring max) */
         for (int j = n; j < lds; j++)
             row[j] = 1e30f;
-        mr[r] = (kind == 0 || kind == 3) ? -INFINITY : 4.0f * th_rand_float(&rng);
-        lr[r] = (kind == 0 || kind == 3) ? 0.0f : 1.0f + (float)n * fabsf(th_rand_float(&rng));
+        mr[r] = (kind == 0 || kind == 3) ? -INFINITY : 4.0f * sc_rand_float(&rng);
+        lr[r] = (kind == 0 || kind == 3) ? 0.0f : 1.0f + (float)n * fabsf(sc_rand_float(&rng));
         if (kind == 5)
             mr[r] = 95.0f;
         mr0[r] = mr[r];
@@ -445,10 +445,10 @@ static void check_pv(int m, int n, int dv, int64_t ldv, sdpa_dtype dt, int resca
     float *alpha = scratch_alloc((size_t)m);
     for (int r = 0; r < m; r++) {
         for (int j = 0; j < ldp; j++) /* P padding is NaN: reading it poisons O */
-            p[(size_t)r * (size_t)ldp + (size_t)j] = j < n ? fabsf(th_rand_float(&rng)) : NAN;
+            p[(size_t)r * (size_t)ldp + (size_t)j] = j < n ? fabsf(sc_rand_float(&rng)) : NAN;
         for (int d = 0; d < ldo; d++)
-            o[(size_t)r * (size_t)ldo + (size_t)d] = d < dv ? th_rand_float(&rng) : sentinel();
-        alpha[r] = fabsf(th_rand_float(&rng));
+            o[(size_t)r * (size_t)ldo + (size_t)d] = d < dv ? sc_rand_float(&rng) : sentinel();
+        alpha[r] = fabsf(sc_rand_float(&rng));
     }
     memcpy(o0, o, (size_t)m * (size_t)ldo * sizeof(float));
 
@@ -482,7 +482,7 @@ static void check_pv(int m, int n, int dv, int64_t ldv, sdpa_dtype dt, int resca
     scratch_free(o);
     scratch_free(alpha);
     free(o0);
-    th_free(v);
+    sc_free(v);
     free(vx);
 }
 
@@ -522,11 +522,11 @@ static void test_pv(void) {
  * flush-or-subnormal below FLT_MIN, +inf above ln(FLT_MAX), exact 0/1/inf/NaN points. */
 static void test_vexp(void) {
     enum { NPTS = 1 << 20 };
-    float *x = th_alloc(NPTS * sizeof(float), TH_GUARD_AFTER);
-    float *y = th_alloc(NPTS * sizeof(float), TH_GUARD_AFTER);
+    float *x = th_alloc(NPTS * sizeof(float), SC_GUARD_AFTER);
+    float *y = th_alloc(NPTS * sizeof(float), SC_GUARD_AFTER);
     const double lo = -104.0, hi = 89.0;
     for (int i = 0; i < NPTS; i++) /* a uniform grid plus a random jitter within each step */
-        x[i] = (float)(lo + (hi - lo) * ((double)i + 0.5 + 0.5 * th_rand_float(&rng)) / NPTS);
+        x[i] = (float)(lo + (hi - lo) * ((double)i + 0.5 + 0.5 * sc_rand_float(&rng)) / NPTS);
     double worst = 0, worst_x = 0;
     int bad_range = 0;
     /* odd lengths and offsets so tails and in-place use are exercised too */
@@ -572,8 +572,8 @@ static void test_vexp(void) {
           specials ? "ok" : "WRONG", tail_ok ? "ok" : "OVERWRITTEN");
     printf("  %-7s vexp max relative error %.3g (%.2f ulp) over [-104, 89], %d points\n",
            kt->name, worst, worst / (2 * U), NPTS);
-    th_free(x);
-    th_free(y);
+    sc_free(x);
+    sc_free(y);
 }
 
 void suite_ukernel(void) {

@@ -53,10 +53,7 @@ def main():
                 ax.text(x, y * 1.05, f"{y:.3g}", ha="center", va="bottom", fontsize=7,
                         rotation=90)
         for v in variants:
-            # "_used": what % of peak divided by (bench.cc falls back to threads x the
-            # 1-thread peak when other jobs disturbed the all-core measurement).
-            key = f"peak_gflops_{v}_threads{t}"
-            peak = ctx.get(key + "_used", ctx.get(key))
+            peak = ctx.get(f"peak_gflops_{v}_threads{t}")
             if peak:
                 ax.axhline(float(peak), color=COLOURS.get(v, "#000000"), linestyle="--",
                            linewidth=1.2, label=f"{v} FMA peak {float(peak):.0f}")

@@ -1,5 +1,6 @@
 """benchjson - reads the Google Benchmark JSON that `make bench` writes (build/bench.json)
-into one row per case, for tools/bench-plot.py and tools/bench-compare.py.
+into one row per case, for tools/bench-report.py, tools/bench-plot.py and
+tools/bench-compare.py.
 
 A case is named shape/variant/threads:N (bench/bench.cc); Google Benchmark appends
 /iterations:I/repeats:R/real_time, which vary between runs and are dropped here. A case's
@@ -9,11 +10,14 @@ not a benchmark and knows nothing of how the numbers were made.
 import json
 import sys
 
+# The counters bench.cc sets on every row (or on some: None where absent).
+COUNTERS = ("gflops", "pct_peak", "kv_gbps", "pct_dram", "check_max_abs", "check_max_rel",
+            "threads_used")
+
 
 def load(path):
     """Returns (context dict, list of rows in file order). Each row: key, shape, variant,
-    threads, ms, gflops, pct_peak, kv_gbps, pct_dram and other_cores (each None if
-    absent; other_cores: the CPU other processes took while the case ran)."""
+    threads, ms, label (what the check covered) and the COUNTERS (each None if absent)."""
     try:
         with open(path) as f:
             data = json.load(f)
@@ -37,12 +41,9 @@ def load(path):
             "variant": parts[1],
             "threads": int(parts[2].split(":")[1]),
             "ms": b["real_time"] * unit,
-            "gflops": b.get("gflops"),
-            "pct_peak": b.get("pct_peak"),
-            "kv_gbps": b.get("kv_gbps"),
-            "pct_dram": b.get("pct_dram"),
-            "other_cores": b.get("other_cores"),
+            "label": b.get("label", ""),
         }
+        row.update({c: b.get(c) for c in COUNTERS})
         if row["key"] in seen:
             rows[seen[row["key"]]] = row
         else:

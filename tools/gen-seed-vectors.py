@@ -1,11 +1,12 @@
 #!/usr/bin/python3
 """gen-seed-vectors.py - regenerate tests/data/seed_vectors.h from PyTorch.
 
-The seed notebooks (../shared/seeds) build their layers from torch.manual_seed(...)
-followed by nn.Linear / nn.Embedding initialisation. This script replays those exact
-constructions (same seeds, same creation order) and writes the inputs, the parameters
-and PyTorch's own outputs as C arrays, so the test suite can check libsdpa's layer
-against them without PyTorch installed. It is run by hand, not by the build:
+The seed notebooks (the project's seeds, kept outside this repository) build their layers
+from torch.manual_seed(...) followed by nn.Linear / nn.Embedding initialisation. This
+script does not read them: it replays those exact constructions, copied below (same
+seeds, same creation order), and writes the inputs, the parameters and PyTorch's own
+outputs as C arrays, so the test suite can check libsdpa's layer against them without
+PyTorch installed. It is run by hand, not by the build:
 
     apt-get install python3-torch      # Debian's PyTorch (1.13 when written)
     /usr/bin/python3 tools/gen-seed-vectors.py > tests/data/seed_vectors.h

@@ -1,7 +1,8 @@
 /*
  * sdpa-cpuinfo - what libsdpa sees of this CPU: the raw x86 feature bits that decide its
- * kernel tables (CPUID leaves 1 and 7, XCR0 as XGETBV reads it), which tables are built
- * and usable, and the one a call would get (after SDPA_ISA, if set).
+ * kernel tables (CPUID leaves 1 and 7, XCR0 as XGETBV reads it), the library's ISA
+ * registry (which tables are built and usable, best first), and the one a call would get
+ * (after SDPA_ISA, if set).
  *
  * It prints the same bits src/dispatch.c decides from (sdpa_cpu_x86), so a surprising
  * choice can be traced to a bit. It is not a general CPU inventory: only features a
@@ -59,16 +60,17 @@ int main(int argc, char **argv) {
         printf("no CPUID (not an x86 target)\n");
     }
 
-    printf("kernel tables\n");
-    for (int i = SDPA_ISA_SCALAR; i < SDPA_ISA_COUNT_; i++) {
-        const sdpa_isa isa = (sdpa_isa)i;
-        const sdpa_kernels *kt = sdpa_isa_lookup(isa) ? sdpa_isa_lookup(isa)->kernels : NULL;
+    printf("kernel tables, in the registry's order of preference\n");
+    int n;
+    const sdpa_isa_info *rows = sdpa_isa_registry(&n);
+    for (int i = 0; i < n; i++) {
+        const sdpa_kernels *kt = rows[i].kernels;
         if (!kt)
-            printf("  %-8s not built for this target\n", sdpa_isa_name(isa));
-        else if (!sdpa_isa_supported(isa))
-            printf("  %-8s built, not usable on this CPU/OS\n", sdpa_isa_name(isa));
+            printf("  %-8s not built for this target\n", rows[i].name);
+        else if (!rows[i].usable)
+            printf("  %-8s built, not usable on this CPU/OS\n", rows[i].name);
         else
-            printf("  %-8s built, usable (Br %d, Bc %d)\n", sdpa_isa_name(isa), kt->br, kt->bc);
+            printf("  %-8s built, usable (Br %d, Bc %d)\n", rows[i].name, kt->br, kt->bc);
     }
     const char *env = getenv("SDPA_ISA");
     const sdpa_isa chosen = sdpa_get_isa();

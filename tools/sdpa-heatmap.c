@@ -8,7 +8,8 @@
  * from a notebook; words, brackets and commas are skipped, --cols gives the width).
  * Rows are queries, columns keys; colour is the weight on a fixed [0, 1] scale
  * (viridis), masked entries are exactly 0. A tool for looking, not a plotting library:
- * the PNG writer below stores the image uncompressed (no zlib dependency).
+ * the PNG is written with zlib (Debian's zlib1g-dev), the inputs come from the case
+ * library's data stream (common/case.h).
  *
  *   sdpa-heatmap -o w.png [--len T] [--len-kv T] [--dim D] [--heads H] [--head h]
  *                [--entry b] [--causal] [--window L,R] [--seed S] [--cell PX] [--print]
@@ -20,26 +21,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <zlib.h>
+
+#include "../common/case.h"
 #include "sdpa.h"
 
-/* ---- PNG (ISO/IEC 15948): signature, IHDR, IDAT as stored deflate blocks, IEND ---- */
-
-static uint32_t crc_table[256];
-
-static void crc_init(void) {
-    for (uint32_t n = 0; n < 256; n++) {
-        uint32_t c = n;
-        for (int k = 0; k < 8; k++) /* reflected CRC-32, polynomial 0xEDB88320 (PNG 15.3) */
-            c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-        crc_table[n] = c;
-    }
-}
-
-static uint32_t crc_update(uint32_t c, const unsigned char *b, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        c = crc_table[(c ^ b[i]) & 0xff] ^ (c >> 8);
-    return c;
-}
+/* ---- PNG (ISO/IEC 15948): signature, IHDR, one zlib-compressed IDAT, IEND ---------- */
 
 static void put32(unsigned char *p, uint32_t v) {
     p[0] = (unsigned char)(v >> 24);
@@ -48,14 +35,15 @@ static void put32(unsigned char *p, uint32_t v) {
     p[3] = (unsigned char)v;
 }
 
+/* A chunk: length, type, data, and the CRC-32 of type and data (PNG 5.3). */
 static int chunk(FILE *f, const char *type, const unsigned char *data, size_t n) {
-    unsigned char hdr[8];
+    unsigned char hdr[8], tail[4];
     put32(hdr, (uint32_t)n);
     memcpy(hdr + 4, type, 4);
-    uint32_t c = crc_update(0xffffffffu, hdr + 4, 4);
-    c = crc_update(c, data, n) ^ 0xffffffffu;
-    unsigned char tail[4];
-    put32(tail, c);
+    uLong c = crc32_z(0, hdr + 4, 4);
+    if (n)
+        c = crc32_z(c, data, n);
+    put32(tail, (uint32_t)c);
     return fwrite(hdr, 1, 8, f) == 8 && (n == 0 || fwrite(data, 1, n, f) == n) &&
            fwrite(tail, 1, 4, f) == 4;
 }
@@ -63,59 +51,33 @@ static int chunk(FILE *f, const char *type, const unsigned char *data, size_t n)
 /* rgb: h rows of w pixels, 3 bytes each. */
 static int write_png(const char *path, const unsigned char *rgb, int w, int h) {
     const size_t row = 1 + 3 * (size_t)w, raw = row * (size_t)h;
-    const size_t nblocks = (raw + 65534) / 65535;
-    unsigned char *z = malloc(2 + raw + 5 * nblocks + 4);
-    if (!z)
-        return 0;
-    size_t o = 0;
-    z[o++] = 0x78; /* zlib header: deflate, 32K window, no dictionary (RFC 1950) */
-    z[o++] = 0x01;
-    uint32_t a = 1, b = 0; /* Adler-32 of the filtered scanlines (RFC 1950 8.2) */
-    size_t left = raw, pos = 0;
     unsigned char *lit = malloc(raw);
-    for (int y = 0; y < h; y++) {
+    uLongf zn = compressBound((uLong)raw);
+    unsigned char *z = malloc(zn);
+    int ok = lit && z;
+    for (int y = 0; ok && y < h; y++) {
         lit[(size_t)y * row] = 0; /* filter type 0 (none) */
         memcpy(lit + (size_t)y * row + 1, rgb + (size_t)y * 3 * (size_t)w, 3 * (size_t)w);
     }
-    for (size_t i = 0; i < raw; i++) {
-        a = (a + lit[i]) % 65521;
-        b = (b + a) % 65521;
+    ok = ok && compress2(z, &zn, lit, (uLong)raw, Z_BEST_COMPRESSION) == Z_OK;
+    FILE *f = ok ? fopen(path, "wb") : NULL;
+    if (f) {
+        static const unsigned char sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+        unsigned char ihdr[13];
+        put32(ihdr, (uint32_t)w);
+        put32(ihdr + 4, (uint32_t)h);
+        ihdr[8] = 8;  /* bit depth */
+        ihdr[9] = 2;  /* colour type: truecolour RGB */
+        ihdr[10] = 0; /* deflate */
+        ihdr[11] = 0; /* adaptive filtering */
+        ihdr[12] = 0; /* no interlace */
+        ok = fwrite(sig, 1, 8, f) == 8 && chunk(f, "IHDR", ihdr, 13) &&
+             chunk(f, "IDAT", z, zn) && chunk(f, "IEND", NULL, 0);
+        ok &= fclose(f) == 0;
     }
-    while (left > 0) { /* stored blocks of at most 65535 bytes (RFC 1951 3.2.4) */
-        const size_t n = left < 65535 ? left : 65535;
-        z[o++] = left == n ? 1 : 0;
-        z[o++] = (unsigned char)n;
-        z[o++] = (unsigned char)(n >> 8);
-        z[o++] = (unsigned char)~n;
-        z[o++] = (unsigned char)(~n >> 8);
-        memcpy(z + o, lit + pos, n);
-        o += n;
-        pos += n;
-        left -= n;
-    }
-    put32(z + o, (b << 16) | a);
-    o += 4;
     free(lit);
-
-    FILE *f = fopen(path, "wb");
-    if (!f) {
-        free(z);
-        return 0;
-    }
-    static const unsigned char sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
-    unsigned char ihdr[13];
-    put32(ihdr, (uint32_t)w);
-    put32(ihdr + 4, (uint32_t)h);
-    ihdr[8] = 8;  /* bit depth */
-    ihdr[9] = 2;  /* colour type: truecolour RGB */
-    ihdr[10] = 0; /* deflate */
-    ihdr[11] = 0; /* adaptive filtering */
-    ihdr[12] = 0; /* no interlace */
-    int ok = fwrite(sig, 1, 8, f) == 8 && chunk(f, "IHDR", ihdr, 13) && chunk(f, "IDAT", z, o) &&
-             chunk(f, "IEND", NULL, 0);
-    ok &= fclose(f) == 0;
     free(z);
-    return ok;
+    return ok && f;
 }
 
 /* ---- colour ------------------------------------------------------------------------ */
@@ -214,13 +176,6 @@ static int usage(void) {
     return 2;
 }
 
-static float rand_unit(uint64_t *s) { /* splitmix64 -> [-1, 1) */
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return (float)((double)((z ^ (z >> 31)) >> 11) * 0x1p-52 - 1.0);
-}
-
 int main(int argc, char **argv) {
     const char *out = NULL, *from = NULL;
     long T = 6, Tkv = 0, D = 16, H = 2, head = 0, entry = 0, cell = 40, cols = 0;
@@ -277,7 +232,6 @@ int main(int argc, char **argv) {
     }
     if (!out || cell < 1 || cell > 200)
         return usage();
-    crc_init();
 
     float *m = NULL;
     long rows, ncols;
@@ -303,10 +257,10 @@ int main(int argc, char **argv) {
         float *w = malloc((size_t)(H * T * Tkv) * sizeof(float));
         uint64_t s = seed;
         for (size_t i = 0; i < nq; i++)
-            q[i] = 2.0f * rand_unit(&s);
+            q[i] = 2.0f * sc_rand_float(&s);
         for (size_t i = 0; i < nk; i++) {
-            k[i] = 2.0f * rand_unit(&s);
-            v[i] = rand_unit(&s);
+            k[i] = 2.0f * sc_rand_float(&s);
+            v[i] = sc_rand_float(&s);
         }
         sdpa_desc d = {.batch = 1, .heads_q = H, .heads_kv = H, .len_q = T, .len_kv = Tkv,
                        .dim_qk = D, .dim_v = D, .causal = causal, .window = wl >= 0,

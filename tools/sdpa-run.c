@@ -2,19 +2,21 @@
  * sdpa-run - one attention configuration from command-line flags, every descriptor
  * feature included (16-bit storage, windows, softcap, ALiBi, sinks, key lengths, masks,
  * top-left causal): the ISA used, the median time, GFLOP/s and K/V GB/s; with --check
- * the largest errors against the reference; with --mem the peak extra memory of the
- * fused path and of the reference. This is how a user tries one configuration on their
- * own machine and how scripts measure (--json: one object on one line).
+ * the largest errors against the reference; with --mem the memory one fused call and
+ * one reference call add. This is how a user tries one configuration on their own
+ * machine and how scripts measure (--json: one object on one line).
  *
  * It is plain C with no Google Benchmark dependency, so it builds wherever libsdpa does
  * (an aarch64 cross-build included). It is not the benchmark suite (`make bench` is:
- * repetitions of many cases, the FMA peak, a baseline); it shares the flop count, the
- * data and the check with it through bench/shim.c.
+ * repetitions of many cases, the FMA peak, a baseline); it shares the shapes, the flop
+ * count and the check with it through bench/shim.c, and the case and its data with the
+ * tests through common/case.c. It links the static library for the ISA registry (the
+ * names --isa takes).
  */
 #include <errno.h>
 #include <getopt.h>
-#include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,54 +24,159 @@
 #include <unistd.h>
 
 #include "../bench/shim.h"
+#include "../src/internal.h"
 #include "sdpa.h"
 
+/* ---- options: one table, parsed into one struct --------------------------------- */
+
+typedef struct opts {
+    int64_t dim[7];     /* B Hq Hkv Tq Tkv Dk Dv; -1 when not given */
+    const char *shape;  /* --shape, or NULL */
+    int causal, top_left, alibi, sinks, check, mem, json, help;
+    int dtype;          /* an sdpa_dtype, or -1 when not given */
+    int mask;           /* an sdpa_mask_kind; SDPA_MASK_NONE when not given */
+    int64_t window[2];  /* L, R; -1 when not given */
+    double softcap;     /* 0 when not given */
+    const char *kv_lens;
+    int isa;            /* an sdpa_isa */
+    int64_t threads, repeat;
+} opts;
+
+typedef enum arg_kind {
+    ARG_FLAG,   /* no value: sets an int to 1 */
+    ARG_INT,    /* an integer in [lo, hi] (int64_t) */
+    ARG_CHOICE, /* one of a list of names (int: the name's value) */
+    ARG_ISA,    /* auto or an ISA name of the library's registry (int) */
+    ARG_SHAPE,  /* a suite shape's name (const char *) */
+    ARG_PAIR,   /* L,R: two integers in [0, hi] (int64_t[2]) */
+    ARG_REAL,   /* a finite number > 0 (double) */
+    ARG_TEXT    /* kept as given, checked later (const char *) */
+} arg_kind;
+
+typedef struct choice {
+    const char *name;
+    int value;
+} choice;
+
+static const choice dtypes[] = {{"f32", SDPA_F32}, {"f16", SDPA_F16}, {"bf16", SDPA_BF16}, {0, 0}};
+static const choice masks[] = {{"bool", SDPA_MASK_BOOL}, {"float", SDPA_MASK_ADDITIVE}, {0, 0}};
+
+typedef struct option_spec {
+    const char *name;
+    arg_kind kind;
+    const char *value;     /* the value's name in the help */
+    size_t dest;           /* offsetof(opts, ...) */
+    int64_t lo, hi;        /* ARG_INT, ARG_PAIR bounds */
+    const choice *choices; /* ARG_CHOICE */
+    const char *help;      /* lines after the first are indented under it */
+} option_spec;
+
+#define DIM(i) (offsetof(opts, dim) + (i) * sizeof(int64_t))
+static const option_spec options[] = {
+    {"shape", ARG_SHAPE, "NAME", offsetof(opts, shape), 0, 0, NULL,
+     "start from a suite shape (the flags below override it)"},
+    {"batch", ARG_INT, "N", DIM(0), 1, INT64_MAX, NULL, "B, batch entries (default 1)"},
+    {"heads", ARG_INT, "N", DIM(1), 1, INT64_MAX, NULL, "Hq, query heads (default 8)"},
+    {"kv-heads", ARG_INT, "N", DIM(2), 1, INT64_MAX, NULL,
+     "Hkv, key/value heads, divides Hq (default Hq)"},
+    {"len-q", ARG_INT, "N", DIM(3), 1, INT64_MAX, NULL, "Tq, query rows (default 512)"},
+    {"len-kv", ARG_INT, "N", DIM(4), 1, INT64_MAX, NULL, "Tkv, key/value rows (default Tq)"},
+    {"dim", ARG_INT, "N", DIM(5), 1, INT64_MAX, NULL, "Dk, query/key head dim (default 64)"},
+    {"dim-v", ARG_INT, "N", DIM(6), 1, INT64_MAX, NULL, "Dv, value head dim (default Dk)"},
+    {"causal", ARG_FLAG, NULL, offsetof(opts, causal), 0, 0, NULL,
+     "bottom-right causal mask (default off)"},
+    {"top-left", ARG_FLAG, NULL, offsetof(opts, top_left), 0, 0, NULL,
+     "causal, top-left aligned (row i sees keys j <= i, PyTorch's\n"
+     "is_causal); implies --causal"},
+    {"dtype", ARG_CHOICE, "T", offsetof(opts, dtype), 0, 0, dtypes,
+     "storage of Q, K, V and O alike (default f32)"},
+    {"window", ARG_PAIR, "L,R", offsetof(opts, window), 0, SDPA_MAX_DIM, NULL,
+     "sliding window: row i sees keys d(i)-L .. d(i)+R,\n"
+     "d(i) = i + Tkv - Tq (under --top-left: i)"},
+    {"softcap", ARG_REAL, "C", offsetof(opts, softcap), 0, 0, NULL,
+     "logit soft-capping s = C tanh(s / C), C > 0"},
+    {"alibi", ARG_FLAG, NULL, offsetof(opts, alibi), 0, 0, NULL,
+     "ALiBi, the paper's slopes for Hq heads (sdpa_alibi_slopes)"},
+    {"sinks", ARG_FLAG, NULL, offsetof(opts, sinks), 0, 0, NULL,
+     "a sink logit per head, uniform in [-1, 3) (head 1: -inf,\n"
+     "no sink)"},
+    {"kv-lens", ARG_TEXT, "N[,N]", offsetof(opts, kv_lens), 0, 0, NULL,
+     "valid keys per batch entry (<= Tkv): one per entry, or one\n"
+     "for all"},
+    {"mask", ARG_CHOICE, "KIND", offsetof(opts, mask), 0, 0, masks,
+     "one [Tq, Tkv] mask broadcast over batch and heads (stride 0)\n"
+     "hiding a random ~10% of the (i, j) pairs and all of row 3;\n"
+     "float is additive: -inf there, a bias in [-2, 2) elsewhere"},
+    {"isa", ARG_ISA, "NAME", offsetof(opts, isa), 0, 0, NULL, "kernel table (default auto)"},
+    {"threads", ARG_INT, "N", offsetof(opts, threads), 0, 1 << 20, NULL,
+     "thread cap, 0 = OpenMP's default (default 0)"},
+    {"repeat", ARG_INT, "N", offsetof(opts, repeat), 1, 1 << 20, NULL,
+     "timed calls after one warm-up call (default 5)"},
+    {"check", ARG_FLAG, NULL, offsetof(opts, check), 0, 0, NULL,
+     "compare with sdpa_reference (the whole output when the\n"
+     "reference needs at most 4 GFLOP, else the first, middle and\n"
+     "last rows of two heads, those that are exact sub-problems);\n"
+     "exit 1 if |o - r| > 1e-5 + 1e-4 |r| (16-bit output:\n"
+     "+ 2^-10 |r| f16, 2^-7 |r| bf16) anywhere it looked"},
+    {"mem", ARG_FLAG, NULL, offsetof(opts, mem), 0, 0, NULL,
+     "memory of one fused call and of one reference call: heap\n"
+     "bytes (exact, sdpa_stats.scratch_bytes) and resident KiB\n"
+     "(coarse), each in a child process (Linux)"},
+    {"json", ARG_FLAG, NULL, offsetof(opts, json), 0, 0, NULL,
+     "one JSON object on one line instead of text"},
+    {"help", ARG_FLAG, NULL, offsetof(opts, help), 0, 0, NULL, "this text"},
+};
+#undef DIM
+enum { NOPTIONS = (int)(sizeof options / sizeof options[0]) };
+
+#define HELP_INDENT "\n                   " /* continuation lines of an option's help */
+
+/* The k-th name a value of o may take (ARG_CHOICE, ARG_ISA, ARG_SHAPE), or NULL past
+ * the last. */
+static const char *value_name(const option_spec *o, int k) {
+    int n;
+    const sdpa_isa_info *rows;
+    switch (o->kind) {
+    case ARG_CHOICE:
+        return o->choices[k].name;
+    case ARG_ISA:
+        rows = sdpa_isa_registry(&n);
+        return k == 0 ? "auto" : k <= n ? rows[k - 1].name : NULL;
+    case ARG_SHAPE:
+        return k < sb_suite_len ? sb_suite[k].name : NULL;
+    default:
+        return NULL;
+    }
+}
+
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: sdpa-run [options]\n"
-            "  --shape NAME     start from a suite shape (flags below override it):\n"
-            "                   ");
-    for (int i = 0; i < sb_suite_len; i++)
-        fprintf(f, "%s%s", i ? ", " : "", sb_suite[i].name);
-    fprintf(f,
-            "\n"
-            "  --batch N        B, batch entries                        (default 1)\n"
-            "  --heads N        Hq, query heads                         (default 8)\n"
-            "  --kv-heads N     Hkv, key/value heads, divides Hq        (default Hq)\n"
-            "  --len-q N        Tq, query rows                          (default 512)\n"
-            "  --len-kv N       Tkv, key/value rows                     (default Tq)\n"
-            "  --dim N          Dk, query/key head dim                  (default 64)\n"
-            "  --dim-v N        Dv, value head dim                      (default Dk)\n"
-            "  --causal         bottom-right causal mask                (default off)\n"
-            "  --top-left       causal, top-left aligned (row i sees keys j <= i, PyTorch's\n"
-            "                   is_causal); implies --causal\n"
-            "  --dtype T        f32, f16 or bf16 storage of Q, K, V and O alike (default f32)\n"
-            "  --window L,R     sliding window: row i sees keys d(i)-L .. d(i)+R (L, R >= 0),\n"
-            "                   d(i) = i + Tkv - Tq (under --top-left: i)\n"
-            "  --softcap C      logit soft-capping s = C tanh(s / C), C > 0\n"
-            "  --alibi          ALiBi, the paper's slopes for Hq heads (sdpa_alibi_slopes)\n"
-            "  --sinks          a sink logit per head: (h mod 4) - 1\n"
-            "  --kv-lens N[,N]  valid keys per batch entry (<= Tkv): one per entry, or one\n"
-            "                   for all\n"
-            "  --mask KIND      bool or float: one [Tq, Tkv] mask broadcast over batch and\n"
-            "                   heads (stride 0) hiding key j from row i for ~10%% of the\n"
-            "                   (i, j) pairs, picked by a hash of (i, j); float is additive:\n"
-            "                   -inf there, a bias in [-0.5, 0.5) elsewhere\n"
-            "  --isa NAME       auto, scalar, avx2, avx512, neon        (default auto)\n"
-            "  --threads N      thread cap, 0 = OpenMP's default        (default 0)\n"
-            "  --repeat N       timed calls after one warm-up call      (default 5)\n"
-            "  --check          compare with sdpa_reference (the whole output when the\n"
-            "                   reference needs at most %.0f GFLOP, else the first, middle\n"
-            "                   and last rows of two heads, those that are exact\n"
-            "                   sub-problems); exit 1 if |o - r| > 1e-5 + 1e-4 |r| (16-bit\n"
-            "                   output: + 2^-10 |r| f16, 2^-7 |r| bf16) anywhere it looked\n"
-            "  --mem            peak extra memory of one fused call and of one reference\n"
-            "                   call: heap bytes (exact) and resident KiB (coarse), each\n"
-            "                   in a child process (Linux)\n"
-            "  --json           one JSON object on one line instead of text\n"
-            "  --help           this text\n"
-            "Bad flags exit with status 2.\n",
-            SB_FULL_CHECK_FLOPS * 1e-9);
+    fprintf(f, "usage: sdpa-run [options]\n");
+    for (int i = 0; i < NOPTIONS; i++) {
+        const option_spec *o = &options[i];
+        char head[40];
+        snprintf(head, sizeof head, "--%s%s%s", o->name, o->value ? " " : "",
+                 o->value ? o->value : "");
+        fprintf(f, "  %-16s ", head);
+        for (const char *h = o->help; *h; h++)
+            fprintf(f, *h == '\n' ? HELP_INDENT : "%c", *h);
+        int col = 0; /* the names a value may take, wrapped at 60 columns of help */
+        for (int k = 0; value_name(o, k); k++) {
+            const char *name = value_name(o, k);
+            const int len = (int)strlen(name);
+            if (k == 0) {
+                fprintf(f, HELP_INDENT "one of: %s", name);
+                col = 8 + len;
+            } else if (col + 2 + len > 60) {
+                fprintf(f, "," HELP_INDENT "%s", name);
+                col = len;
+            } else {
+                fprintf(f, ", %s", name);
+                col += 2 + len;
+            }
+        }
+        fprintf(f, "\n");
+    }
+    fprintf(f, "Bad flags exit with status 2.\n");
 }
 
 static int bad_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -83,16 +190,6 @@ static int bad_usage(const char *fmt, ...) {
     va_end(ap);
     usage(stderr);
     return 2;
-}
-
-/* A positive integer flag value, or -1. */
-static int64_t parse_count(const char *s, int64_t min) {
-    char *end;
-    errno = 0;
-    const long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < min)
-        return -1;
-    return v;
 }
 
 /* A comma-separated list of integers >= 0, at most max values; returns how many, or -1. */
@@ -111,124 +208,118 @@ static int parse_list(const char *s, int64_t *out, int max) {
     }
 }
 
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
+/* Stores option o's value arg into *op; 0, or 2 (after the usage) when it is bad. */
+static int set_option(opts *op, const option_spec *o, const char *arg) {
+    void *dest = (char *)op + o->dest;
+    switch (o->kind) {
+    case ARG_FLAG:
+        *(int *)dest = 1;
+        return 0;
+    case ARG_INT: {
+        char *end;
+        errno = 0;
+        const long long v = strtoll(arg, &end, 10);
+        if (errno || end == arg || *end || v < o->lo || v > o->hi) {
+            if (o->hi == INT64_MAX)
+                return bad_usage("--%s needs an integer >= %lld, got '%s'", o->name,
+                                 (long long)o->lo, arg);
+            return bad_usage("--%s needs an integer in [%lld, %lld], got '%s'", o->name,
+                             (long long)o->lo, (long long)o->hi, arg);
+        }
+        *(int64_t *)dest = v;
+        return 0;
+    }
+    case ARG_CHOICE:
+        for (int k = 0; o->choices[k].name; k++)
+            if (strcmp(arg, o->choices[k].name) == 0) {
+                *(int *)dest = o->choices[k].value;
+                return 0;
+            }
+        return bad_usage("unknown --%s '%s'", o->name, arg);
+    case ARG_ISA: {
+        int n;
+        const sdpa_isa_info *rows = sdpa_isa_registry(&n);
+        if (strcmp(arg, "auto") == 0) {
+            *(int *)dest = SDPA_ISA_AUTO;
+            return 0;
+        }
+        for (int k = 0; k < n; k++)
+            if (strcmp(arg, rows[k].name) == 0) {
+                *(int *)dest = rows[k].isa;
+                return 0;
+            }
+        return bad_usage("unknown --%s '%s'", o->name, arg);
+    }
+    case ARG_SHAPE:
+        if (!sb_find_shape(arg))
+            return bad_usage("unknown --%s '%s'", o->name, arg);
+        *(const char **)dest = arg;
+        return 0;
+    case ARG_PAIR: {
+        int64_t *pair = dest;
+        if (parse_list(arg, pair, 2) != 2 || pair[0] > o->hi || pair[1] > o->hi)
+            return bad_usage("--%s needs %s: two integers 0 .. %lld, got '%s'", o->name,
+                             o->value, (long long)o->hi, arg);
+        return 0;
+    }
+    case ARG_REAL: {
+        char *end;
+        errno = 0;
+        const double v = strtod(arg, &end);
+        if (errno || end == arg || *end || !(v > 0.0) || v > 3.4e38)
+            return bad_usage("--%s needs a finite number > 0, got '%s'", o->name, arg);
+        *(double *)dest = v;
+        return 0;
+    }
+    case ARG_TEXT:
+        *(const char **)dest = arg;
+        return 0;
+    }
+    return 2;
 }
 
-/* ---- --mem: peak extra memory of one call, measured two ways ---------------------
+/* getopt_long's value for options[i]: above every character it returns itself. */
+#define OPTION_VAL(i) (256 + (i))
+
+/* Parses argv into *op, up to --help; 0, or the exit status (2: a bad flag, after the
+ * usage). */
+static int parse(int argc, char **argv, opts *op) {
+    *op = (opts){.dim = {-1, -1, -1, -1, -1, -1, -1}, .dtype = -1, .window = {-1, -1},
+                 .repeat = 5};
+    struct option longopts[NOPTIONS + 1];
+    for (int i = 0; i < NOPTIONS; i++)
+        longopts[i] = (struct option){options[i].name,
+                                      options[i].kind == ARG_FLAG ? no_argument
+                                                                  : required_argument,
+                                      NULL, OPTION_VAL(i)};
+    longopts[NOPTIONS] = (struct option){NULL, 0, NULL, 0};
+    opterr = 0; /* our own message, then the usage */
+    int c;
+    /* The leading ':' makes a missing value ':' rather than '?', for a clearer message. */
+    while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+        if (c == ':')
+            return bad_usage("%s needs a value", argv[optind - 1]);
+        if (c < OPTION_VAL(0) || c >= OPTION_VAL(NOPTIONS))
+            return bad_usage("bad option '%s'", argv[optind - 1]);
+        const int st = set_option(op, &options[c - OPTION_VAL(0)], optarg);
+        if (st || op->help)
+            return st;
+    }
+    if (optind < argc)
+        return bad_usage("unexpected argument '%s'", argv[optind]);
+    return 0;
+}
+
+/* ---- --mem: the memory one call adds, two ways -----------------------------------
  *
- * heap: sdpa-run replaces malloc and friends (glibc documents this: "Replacing malloc")
- *   with thin wrappers around glibc's own allocator that keep a count of the bytes in
- *   use (malloc_usable_size) and its peak. The executable's definitions win for every
- *   caller, libsdpa and the OpenMP runtime included. Exact, but it sees only the heap.
+ * heap: the call's scratch_bytes (sdpa_stats: every byte libsdpa allocates for it). Exact,
+ *   but it sees only the heap. The reference on a piece also needs the piece's output
+ *   buffer, which sdpa-run allocates for that call alone: reported beside it.
  * resident: VmHWM after the call minus VmRSS before it (/proc/self/status), after
  *   resetting VmHWM. It sees everything (stacks, mmap) but counts 4 KiB pages, and the
  *   kernel batches its RSS counters per CPU, so it is only good to ~128 KiB.
  * Each path is measured in a forked child, after one small warm-up call down the same
  * path, so nothing the parent did and nothing a first call brings in is charged. */
-
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define SANITIZED 1 /* gcc: the sanitizer owns malloc */
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || \
-    __has_feature(memory_sanitizer)
-#define SANITIZED 1 /* clang: likewise */
-#endif
-#endif
-
-#if defined(__GLIBC__) && !defined(SANITIZED)
-#include <malloc.h>
-#include <stdatomic.h>
-
-/* glibc's allocator under its exported internal names (glibc manual, "Replacing
- * malloc"); every pointer below comes from it, so __libc_free frees any of them. */
-extern void *__libc_malloc(size_t n);
-extern void *__libc_calloc(size_t n, size_t size);
-extern void *__libc_realloc(void *p, size_t n);
-extern void *__libc_memalign(size_t align, size_t n);
-extern void __libc_free(void *p);
-
-static _Atomic long long heap_now, heap_peak;
-
-static void heap_add(void *p) {
-    if (!p)
-        return;
-    const long long now = atomic_fetch_add(&heap_now, (long long)malloc_usable_size(p)) +
-                          (long long)malloc_usable_size(p);
-    long long peak = atomic_load(&heap_peak);
-    while (now > peak && !atomic_compare_exchange_weak(&heap_peak, &peak, now))
-        ;
-}
-
-static void heap_sub(void *p) {
-    if (p)
-        atomic_fetch_sub(&heap_now, (long long)malloc_usable_size(p));
-}
-
-void *malloc(size_t n) {
-    void *p = __libc_malloc(n);
-    heap_add(p);
-    return p;
-}
-
-void *calloc(size_t n, size_t size) {
-    void *p = __libc_calloc(n, size);
-    heap_add(p);
-    return p;
-}
-
-void *realloc(void *old, size_t n) {
-    const size_t was = old ? malloc_usable_size(old) : 0;
-    void *p = __libc_realloc(old, n);
-    if (p || n == 0) { /* moved, resized or freed: the old block is gone */
-        atomic_fetch_sub(&heap_now, (long long)was);
-        heap_add(p);
-    }
-    return p;
-}
-
-void *aligned_alloc(size_t align, size_t n) {
-    void *p = __libc_memalign(align, n);
-    heap_add(p);
-    return p;
-}
-
-void *memalign(size_t align, size_t n) {
-    void *p = __libc_memalign(align, n);
-    heap_add(p);
-    return p;
-}
-
-int posix_memalign(void **out, size_t align, size_t n) {
-    if (align < sizeof(void *) || (align & (align - 1)) != 0)
-        return EINVAL;
-    void *p = __libc_memalign(align, n);
-    if (!p)
-        return ENOMEM;
-    heap_add(p);
-    *out = p;
-    return 0;
-}
-
-void free(void *p) {
-    heap_sub(p);
-    __libc_free(p);
-}
-
-/* Start a measurement: the peak restarts from what is in use now. */
-static long long heap_mark(void) {
-    const long long now = atomic_load(&heap_now);
-    atomic_store(&heap_peak, now);
-    return now;
-}
-static long long heap_peak_since(long long mark) { return atomic_load(&heap_peak) - mark; }
-#define HEAP_COUNTED 1
-#else
-static long long heap_mark(void) { return 0; }
-static long long heap_peak_since(long long mark) { return mark - 1; /* -1: not counted */ }
-#define HEAP_COUNTED 0
-#endif
 
 /* A field of /proc/self/status in KiB ("VmRSS:", "VmHWM:"), or -1. */
 static long status_kib(const char *key) {
@@ -260,7 +351,7 @@ static int reset_hwm(void) {
 enum { MEM_FUSED, MEM_REFERENCE };
 
 typedef struct mem_job {
-    const sb_problem *p;
+    const sc_tensors *t;
     int what;          /* MEM_FUSED or MEM_REFERENCE */
     sdpa_isa isa;
     int threads;
@@ -275,20 +366,20 @@ typedef struct mem_job {
  * cut-off (src/sdpa.c SERIAL_FLOPS_MAX). */
 static int warm_up(const mem_job *job) {
     const int heads = job->threads > 0 ? job->threads : sb_nproc();
-    const sb_shape s = {.name = "warm-up", .B = 1, .Hq = heads, .Hkv = heads, .Tq = 256,
-                        .Tkv = 256, .Dk = 64, .Dv = 64};
-    sb_problem w;
-    if (sb_problem_init(&w, &s) != 0)
+    const sc_case c = {.B = 1, .Hq = heads, .Hkv = heads, .Tq = 256, .Tkv = 256, .Dk = 64,
+                       .Dv = 64, .guard = SC_GUARD_NONE, .seed = 1};
+    sc_tensors w;
+    if (sc_tensors_make(&w, &c) != 0)
         return -1;
     const sdpa_status st = job->what == MEM_FUSED ? sb_run_fused(&w, job->isa, job->threads, NULL)
-                                                  : sb_run_reference(&w);
-    sb_problem_free(&w);
+                                                  : sb_run_reference(&w, NULL);
+    sc_tensors_free(&w);
     return st == SDPA_OK ? 0 : -1;
 }
 
 typedef struct mem_use {
-    long long heap_bytes; /* peak heap above what was in use before the call; -1: not
-                             counted in this build */
+    long long heap_bytes;   /* scratch_bytes */
+    long long caller_bytes; /* what sdpa-run allocated for this call alone */
     long rss_kib;         /* VmHWM after - VmRSS before */
     int ok;
 } mem_use;
@@ -297,7 +388,7 @@ typedef struct mem_use {
  * have used OpenMP yet: a forked child inherits no threads, and libgomp's pool does not
  * survive fork. */
 static mem_use mem_in_child(const mem_job *job) {
-    mem_use m = {-1, -1, 0};
+    mem_use m = {-1, 0, -1, 0};
     int fd[2];
     if (pipe(fd) != 0)
         return m;
@@ -310,31 +401,32 @@ static mem_use mem_in_child(const mem_job *job) {
     }
     if (pid == 0) {
         close(fd[0]);
-        const sb_problem *p = job->p;
+        const sc_tensors *t = job->t;
         /* Write the output once: after fork its pages are shared with the parent, and the
          * call's first writes would copy them, which is not the call's memory. A piece's
          * fp32 output gets its own buffer, allocated and written before the measurement
          * for the same reason. */
-        memset(p->o, 0, (size_t)(p->s.B * p->s.Hq * p->s.Tq * p->s.Dv) *
-                            (size_t)sb_elem_size(p->s.dtype));
+        memset(t->bufs[3], 0, t->elems[3] * sc_dtype_size(t->o.dtype));
         float *piece_out = NULL;
+        size_t piece_bytes = 0;
         if (job->piece) {
-            const size_t n = (size_t)(job->piece->rows * p->s.Dv) * sizeof(float);
-            if ((piece_out = malloc(n)) != NULL)
-                memset(piece_out, 0, n);
+            piece_bytes = (size_t)(job->piece->rows * t->desc.dim_v) * sizeof(float);
+            if ((piece_out = malloc(piece_bytes)) != NULL)
+                memset(piece_out, 0, piece_bytes);
         }
         if ((!job->piece || piece_out) && warm_up(job) == 0 && reset_hwm() == 0) {
             const long rss0 = status_kib("VmRSS:");
-            const long long mark = heap_mark();
+            sdpa_stats stats = {0};
             sdpa_status st;
             if (job->what == MEM_FUSED)
-                st = sb_run_fused(p, job->isa, job->threads, NULL);
+                st = sb_run_fused(t, job->isa, job->threads, &stats);
             else if (job->piece)
-                st = sb_reference_piece(p, job->piece, piece_out);
+                st = sb_reference_piece(t, job->piece, piece_out, &stats);
             else
-                st = sb_run_reference(p);
-            m.heap_bytes = heap_peak_since(mark); /* before status_kib's own fopen */
+                st = sb_run_reference(t, &stats);
             const long hwm = status_kib("VmHWM:");
+            m.heap_bytes = stats.scratch_bytes;
+            m.caller_bytes = (long long)piece_bytes;
             m.rss_kib = hwm - rss0;
             m.ok = st == SDPA_OK && rss0 >= 0 && hwm >= 0;
         }
@@ -352,207 +444,113 @@ static mem_use mem_in_child(const mem_job *job) {
 
 /* ---- main ------------------------------------------------------------------------ */
 
-enum { OPT_BATCH = 256, OPT_HEADS, OPT_KV_HEADS, OPT_LEN_Q, OPT_LEN_KV, OPT_DIM, OPT_DIM_V,
-       OPT_CAUSAL, OPT_ISA, OPT_THREADS, OPT_REPEAT, OPT_CHECK, OPT_JSON, OPT_MEM, OPT_SHAPE,
-       OPT_HELP, OPT_TOP_LEFT, OPT_DTYPE, OPT_WINDOW, OPT_SOFTCAP, OPT_ALIBI, OPT_SINKS,
-       OPT_KV_LENS, OPT_MASK };
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The case the options describe: --shape's, or the defaults, with every given flag
+ * applied over it; *name is the shape's name, or "custom" once a flag changed it.
+ * kv_lens gets the array the case points at (free it). 0, or the exit status. */
+static int make_case(const opts *op, sc_case *c, const char **name, int64_t **kv_lens) {
+    const sb_shape *preset = op->shape ? sb_find_shape(op->shape) : NULL;
+    *c = preset ? preset->c
+                : (sc_case){.B = 1, .Hq = 8, .Tq = 512, .Dk = 64, .guard = SC_GUARD_NONE,
+                            .seed = 1};
+    *name = preset ? preset->name : "custom";
+    *kv_lens = NULL;
+    int64_t *field[7] = {&c->B, &c->Hq, &c->Hkv, &c->Tq, &c->Tkv, &c->Dk, &c->Dv};
+    int changed = 0;
+    for (int i = 0; i < 7; i++)
+        if (op->dim[i] > 0) {
+            *field[i] = op->dim[i];
+            changed = 1;
+        }
+    if (!preset) { /* defaults that follow other flags */
+        if (op->dim[2] < 0)
+            c->Hkv = c->Hq;
+        if (op->dim[4] < 0)
+            c->Tkv = c->Tq;
+        if (op->dim[6] < 0)
+            c->Dv = c->Dk;
+    }
+    if (op->causal || op->top_left) {
+        c->causal = op->top_left ? SDPA_CAUSAL_TOP_LEFT : SDPA_CAUSAL_BOTTOM_RIGHT;
+        changed = 1;
+    }
+    if (op->dtype >= 0) {
+        for (int i = 0; i < 4; i++)
+            c->dt[i] = (sdpa_dtype)op->dtype;
+        changed = 1;
+    }
+    if (op->window[0] >= 0) {
+        c->window = 1;
+        c->wl = op->window[0];
+        c->wr = op->window[1];
+        changed = 1;
+    }
+    if (op->softcap > 0.0) {
+        c->softcap = (float)op->softcap;
+        changed = 1;
+    }
+    if (op->alibi || op->sinks || op->mask != SDPA_MASK_NONE || op->kv_lens) {
+        c->alibi |= op->alibi;
+        c->sinks |= op->sinks;
+        if (op->mask != SDPA_MASK_NONE) { /* one pattern for every entry and head */
+            c->mask = op->mask;
+            c->mask_bcast = SC_BCAST_B | SC_BCAST_H;
+            c->mask_hidden = 0.1f;
+        }
+        changed = 1;
+    }
+    if (changed)
+        *name = "custom";
+    if (c->Hq % c->Hkv != 0)
+        return bad_usage("--kv-heads (%lld) must divide --heads (%lld)", (long long)c->Hkv,
+                         (long long)c->Hq);
+    if (op->kv_lens) {
+        /* at most one value per character pair ("1,2,3"), and never more than B */
+        const int most = (int)(strlen(op->kv_lens) / 2 + 1);
+        if ((double)c->B > 1e9 || !(*kv_lens = malloc((size_t)c->B * sizeof **kv_lens)))
+            return bad_usage("--kv-lens: batch %lld is too large", (long long)c->B);
+        int64_t *kl = *kv_lens;
+        const int n = parse_list(op->kv_lens, kl, (int64_t)most < c->B ? most : (int)c->B);
+        if (n != 1 && n != c->B)
+            return bad_usage("--kv-lens needs one integer >= 0 for all entries or one per "
+                             "batch entry (%lld), comma-separated, got '%s'",
+                             (long long)c->B, op->kv_lens);
+        for (int64_t b = 1; b < c->B && n == 1; b++)
+            kl[b] = kl[0];
+        for (int64_t b = 0; b < c->B; b++)
+            if (kl[b] > c->Tkv)
+                return bad_usage("--kv-lens: %lld is above --len-kv (%lld)", (long long)kl[b],
+                                 (long long)c->Tkv);
+        c->kv_lens = kl;
+    }
+    return 0;
+}
 
 static const char *const dtype_names[] = {"f32", "f16", "bf16"};
 
 int main(int argc, char **argv) {
-    static const struct option opts[] = {
-        {"batch", required_argument, NULL, OPT_BATCH},
-        {"heads", required_argument, NULL, OPT_HEADS},
-        {"kv-heads", required_argument, NULL, OPT_KV_HEADS},
-        {"len-q", required_argument, NULL, OPT_LEN_Q},
-        {"len-kv", required_argument, NULL, OPT_LEN_KV},
-        {"dim", required_argument, NULL, OPT_DIM},
-        {"dim-v", required_argument, NULL, OPT_DIM_V},
-        {"causal", no_argument, NULL, OPT_CAUSAL},
-        {"isa", required_argument, NULL, OPT_ISA},
-        {"threads", required_argument, NULL, OPT_THREADS},
-        {"repeat", required_argument, NULL, OPT_REPEAT},
-        {"check", no_argument, NULL, OPT_CHECK},
-        {"json", no_argument, NULL, OPT_JSON},
-        {"mem", no_argument, NULL, OPT_MEM},
-        {"shape", required_argument, NULL, OPT_SHAPE},
-        {"help", no_argument, NULL, OPT_HELP},
-        {"top-left", no_argument, NULL, OPT_TOP_LEFT},
-        {"dtype", required_argument, NULL, OPT_DTYPE},
-        {"window", required_argument, NULL, OPT_WINDOW},
-        {"softcap", required_argument, NULL, OPT_SOFTCAP},
-        {"alibi", no_argument, NULL, OPT_ALIBI},
-        {"sinks", no_argument, NULL, OPT_SINKS},
-        {"kv-lens", required_argument, NULL, OPT_KV_LENS},
-        {"mask", required_argument, NULL, OPT_MASK},
-        {NULL, 0, NULL, 0},
-    };
-    /* -1: not given. Dimensions given as flags override --shape's, whatever the order. */
-    int64_t dims[7] = {-1, -1, -1, -1, -1, -1, -1}; /* B Hq Hkv Tq Tkv Dk Dv */
-    int causal = 0, top_left = 0, check = 0, json = 0, mem = 0;
-    int64_t threads = 0, repeat = 5;
-    sdpa_isa isa = SDPA_ISA_AUTO;
-    const sb_shape *preset = NULL;
-    /* Features: -1 / NULL / 0 when not given, so a preset's own stay. */
-    int dtype = -1, alibi = 0, sinks = 0;
-    int64_t window[2] = {-1, -1};
-    double softcap = 0.0;
-    sdpa_mask_kind mask = SDPA_MASK_NONE;
-    const char *kv_lens_arg = NULL;
-
-    opterr = 0; /* our own message, then the usage */
-    int c;
-    /* The leading ':' makes a missing value ':' rather than '?', for a clearer message. */
-    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
-        switch (c) {
-        case OPT_BATCH: case OPT_HEADS: case OPT_KV_HEADS: case OPT_LEN_Q: case OPT_LEN_KV:
-        case OPT_DIM: case OPT_DIM_V:
-            if ((dims[c - OPT_BATCH] = parse_count(optarg, 1)) < 0)
-                return bad_usage("--%s needs a positive integer", opts[c - OPT_BATCH].name);
-            break;
-        case OPT_CAUSAL: causal = 1; break;
-        case OPT_TOP_LEFT: top_left = 1; break;
-        case OPT_CHECK: check = 1; break;
-        case OPT_JSON: json = 1; break;
-        case OPT_MEM: mem = 1; break;
-        case OPT_ALIBI: alibi = 1; break;
-        case OPT_SINKS: sinks = 1; break;
-        case OPT_THREADS:
-            if ((threads = parse_count(optarg, 0)) < 0 || threads > 1 << 20)
-                return bad_usage("--threads needs an integer >= 0, got '%s'", optarg);
-            break;
-        case OPT_REPEAT:
-            if ((repeat = parse_count(optarg, 1)) < 0 || repeat > 1 << 20)
-                return bad_usage("--repeat needs an integer >= 1, got '%s'", optarg);
-            break;
-        case OPT_ISA: {
-            int found = 0;
-            for (int i = 0; i < SDPA_ISA_COUNT_; i++)
-                if (strcmp(optarg, sdpa_isa_name((sdpa_isa)i)) == 0) {
-                    isa = (sdpa_isa)i;
-                    found = 1;
-                }
-            if (!found)
-                return bad_usage("unknown --isa '%s' (auto, scalar, avx2, avx512, neon)", optarg);
-            break;
-        }
-        case OPT_DTYPE:
-            dtype = -1;
-            for (int i = 0; i < 3; i++)
-                if (strcmp(optarg, dtype_names[i]) == 0)
-                    dtype = i; /* the index is the sdpa_dtype value */
-            if (dtype < 0)
-                return bad_usage("unknown --dtype '%s' (f32, f16, bf16)", optarg);
-            break;
-        case OPT_WINDOW:
-            if (parse_list(optarg, window, 2) != 2 || window[0] > SDPA_MAX_DIM ||
-                window[1] > SDPA_MAX_DIM)
-                return bad_usage("--window needs L,R: two integers 0 .. 2^40, got '%s'", optarg);
-            break;
-        case OPT_SOFTCAP: {
-            char *end;
-            errno = 0;
-            softcap = strtod(optarg, &end);
-            if (errno || end == optarg || *end || !(softcap > 0.0) || softcap > 3.4e38)
-                return bad_usage("--softcap needs a finite number > 0, got '%s'", optarg);
-            break;
-        }
-        case OPT_KV_LENS: kv_lens_arg = optarg; break;
-        case OPT_MASK:
-            if (strcmp(optarg, "bool") == 0)
-                mask = SDPA_MASK_BOOL;
-            else if (strcmp(optarg, "float") == 0)
-                mask = SDPA_MASK_ADDITIVE;
-            else
-                return bad_usage("unknown --mask '%s' (bool, float)", optarg);
-            break;
-        case OPT_SHAPE:
-            if (!(preset = sb_find_shape(optarg)))
-                return bad_usage("unknown --shape '%s'", optarg);
-            break;
-        case OPT_HELP:
-            usage(stdout);
-            return 0;
-        case ':':
-            return bad_usage("%s needs a value", argv[optind - 1]);
-        default:
-            return bad_usage("bad option '%s'", argv[optind - 1]);
-        }
+    opts op;
+    int status = parse(argc, argv, &op);
+    if (status)
+        return status;
+    if (op.help) {
+        usage(stdout);
+        return 0;
     }
-    if (optind < argc)
-        return bad_usage("unexpected argument '%s'", argv[optind]);
-
-    sb_shape s = preset ? *preset : (sb_shape){.name = "custom", .B = 1, .Hq = 8, .Tq = 512,
-                                               .Dk = 64};
-    int64_t *field[7] = {&s.B, &s.Hq, &s.Hkv, &s.Tq, &s.Tkv, &s.Dk, &s.Dv};
-    int changed = 0;
-    for (int i = 0; i < 7; i++)
-        if (dims[i] > 0) {
-            *field[i] = dims[i];
-            changed = 1;
-        }
-    if (!preset) { /* defaults that follow other flags */
-        if (dims[2] < 0)
-            s.Hkv = s.Hq;
-        if (dims[4] < 0)
-            s.Tkv = s.Tq;
-        if (dims[6] < 0)
-            s.Dv = s.Dk;
+    sc_case s;
+    const char *name;
+    int64_t *kv_lens;
+    if ((status = make_case(&op, &s, &name, &kv_lens)) != 0) {
+        free(kv_lens);
+        return status;
     }
-    if (causal || top_left) {
-        s.causal = top_left ? SDPA_CAUSAL_TOP_LEFT : SDPA_CAUSAL_BOTTOM_RIGHT;
-        changed = 1;
-    }
-    if (dtype >= 0) {
-        s.dtype = (sdpa_dtype)dtype;
-        changed = 1;
-    }
-    if (window[0] >= 0) {
-        s.window = 1;
-        s.window_left = window[0];
-        s.window_right = window[1];
-        changed = 1;
-    }
-    if (softcap > 0.0) {
-        s.softcap = (float)softcap;
-        changed = 1;
-    }
-    if (alibi || sinks || mask != SDPA_MASK_NONE || kv_lens_arg) {
-        s.alibi |= alibi;
-        s.sinks |= sinks;
-        if (mask != SDPA_MASK_NONE)
-            s.mask = mask;
-        changed = 1;
-    }
-    if (preset && changed)
-        s.name = "custom";
-    if (s.Hq % s.Hkv != 0)
-        return bad_usage("--kv-heads (%lld) must divide --heads (%lld)", (long long)s.Hkv,
-                         (long long)s.Hq);
-    int64_t *kv_lens = NULL; /* [B], owned here; s.kv_lens points at it */
-    if (kv_lens_arg) {
-        /* at most one value per character pair ("1,2,3"), and never more than B */
-        const int most = (int)(strlen(kv_lens_arg) / 2 + 1);
-        if ((double)s.B > 1e9 || !(kv_lens = malloc((size_t)s.B * sizeof *kv_lens)))
-            return bad_usage("--kv-lens: batch %lld is too large", (long long)s.B);
-        const int n = parse_list(kv_lens_arg, kv_lens, (int64_t)most < s.B ? most : (int)s.B);
-        if (n != 1 && n != s.B) {
-            free(kv_lens);
-            return bad_usage("--kv-lens needs one integer >= 0 for all entries or one per "
-                             "batch entry (%lld), comma-separated, got '%s'",
-                             (long long)s.B, kv_lens_arg);
-        }
-        for (int64_t b = 1; b < s.B && n == 1; b++)
-            kv_lens[b] = kv_lens[0];
-        for (int64_t b = 0; b < s.B; b++)
-            if (kv_lens[b] > s.Tkv) {
-                const long long bad = (long long)kv_lens[b];
-                free(kv_lens);
-                return bad_usage("--kv-lens: %lld is above --len-kv (%lld)", bad,
-                                 (long long)s.Tkv);
-            }
-        s.kv_lens = kv_lens;
-    }
+    const sdpa_isa isa = (sdpa_isa)op.isa;
+    const int threads = (int)op.threads;
+    const int64_t repeat = op.repeat;
     if (isa != SDPA_ISA_AUTO && !sdpa_isa_supported(isa)) {
         fprintf(stderr, "sdpa-run: isa %s is not usable here (not built in, or the CPU lacks "
                         "it)\n", sdpa_isa_name(isa));
@@ -560,8 +558,8 @@ int main(int argc, char **argv) {
         return 1;
     }
 
-    sb_problem p;
-    if (sb_problem_init(&p, &s) != 0) {
+    sc_tensors p;
+    if (sc_tensors_make(&p, &s) != 0) {
         fprintf(stderr, "sdpa-run: out of memory for the tensors\n");
         free(kv_lens);
         return 1;
@@ -571,42 +569,42 @@ int main(int argc, char **argv) {
      * The reference, when the whole problem is too large for it, runs on one exact piece
      * of (b,h) = (0,0): the last rows (bottom-right alignment keeps them exact), or under
      * top-left the first. */
-    mem_use mem_fused = {-1, -1, 0}, mem_ref = {-1, -1, 0};
+    mem_use mem_fused = {-1, 0, -1, 0}, mem_ref = {-1, 0, -1, 0};
     const int64_t piece_rows = s.Tq < SB_SLICE_ROWS ? s.Tq : SB_SLICE_ROWS;
-    sb_piece ref_piece = {0, 0, s.causal == SDPA_CAUSAL_TOP_LEFT ? 0 : s.Tq - piece_rows,
-                          piece_rows};
+    const sb_piece ref_piece = {0, 0, s.causal == SDPA_CAUSAL_TOP_LEFT ? 0 : s.Tq - piece_rows,
+                                piece_rows};
     const int ref_whole = sb_flops(&s) <= SB_FULL_CHECK_FLOPS;
-    if (mem) {
-        const mem_job jf = {&p, MEM_FUSED, isa, (int)threads, NULL};
+    if (op.mem) {
+        const mem_job jf = {&p, MEM_FUSED, isa, threads, NULL};
         const mem_job jr = {&p, MEM_REFERENCE, isa, 1, ref_whole ? NULL : &ref_piece};
         mem_fused = mem_in_child(&jf);
         mem_ref = mem_in_child(&jr);
         if (!mem_fused.ok || !mem_ref.ok) {
             fprintf(stderr, "sdpa-run: --mem could not measure (it needs Linux /proc/self/"
                             "clear_refs and status, and a call that succeeds)\n");
-            sb_problem_free(&p);
+            sc_tensors_free(&p);
             free(kv_lens);
             return 1;
         }
     }
 
     sdpa_stats stats;
-    sdpa_status st = sb_run_fused(&p, isa, (int)threads, &stats); /* warm-up */
+    sdpa_status st = sb_run_fused(&p, isa, threads, &stats); /* warm-up */
     double *t = malloc((size_t)repeat * sizeof *t);
     if (!t) {
-        sb_problem_free(&p);
+        sc_tensors_free(&p);
         free(kv_lens);
         return 1;
     }
     for (int64_t r = 0; r < repeat && st == SDPA_OK; r++) {
         const double t0 = sb_now();
-        st = sb_run_fused(&p, isa, (int)threads, &stats);
+        st = sb_run_fused(&p, isa, threads, &stats);
         t[r] = sb_now() - t0;
     }
     if (st != SDPA_OK) {
         fprintf(stderr, "sdpa-run: sdpa_forward: %s\n", sdpa_strerror(st));
         free(t);
-        sb_problem_free(&p);
+        sc_tensors_free(&p);
         free(kv_lens);
         return 1;
     }
@@ -614,38 +612,36 @@ int main(int argc, char **argv) {
     const double med = repeat % 2 ? t[repeat / 2] : 0.5 * (t[repeat / 2 - 1] + t[repeat / 2]);
     const double gflops = sb_flops(&s) / med * 1e-9, kv_gbps = sb_kv_bytes(&s) / med * 1e-9;
 
-    sb_error err = {0, 0, 0, 0};
+    sc_error err = {0, 0, 0, 0};
     sb_expect e = {0};
     char scope[512] = "";
-    if (check) {
+    if (op.check) {
         st = sb_expect_make(&e, &p);
         if (st != SDPA_OK) {
             fprintf(stderr, "sdpa-run: sdpa_reference: %s\n", sdpa_strerror(st));
             free(t);
-            sb_problem_free(&p);
+            sc_tensors_free(&p);
             free(kv_lens);
             return 1;
         }
         err = sb_compare(&e, &p);
-        sb_expect_scope(&e, &s, scope, sizeof scope);
+        sb_expect_scope(&e, &p, scope, sizeof scope);
     }
 
     const char *isa_name = sdpa_isa_name(stats.isa);
     const double score_mib = (double)s.B * (double)s.Hq * (double)s.Tq * (double)s.Tkv *
                              sizeof(float) / (1024.0 * 1024.0);
-    char feat[256];
-    sb_features_str(&s, feat, sizeof feat);
-    if (json) {
+    if (op.json) {
         printf("{\"isa\":\"%s\",\"threads\":%d,\"threads_requested\":%d,\"shape\":\"%s\","
                "\"B\":%lld,\"Hq\":%lld,\"Hkv\":%lld,\"Tq\":%lld,\"Tkv\":%lld,\"Dk\":%lld,"
                "\"Dv\":%lld,\"causal\":%s,\"top_left\":%s,\"dtype\":\"%s\"",
-               isa_name, stats.threads, (int)threads, s.name, (long long)s.B, (long long)s.Hq,
+               isa_name, stats.threads, threads, name, (long long)s.B, (long long)s.Hq,
                (long long)s.Hkv, (long long)s.Tq, (long long)s.Tkv, (long long)s.Dk,
                (long long)s.Dv, s.causal ? "true" : "false",
-               s.causal == SDPA_CAUSAL_TOP_LEFT ? "true" : "false", dtype_names[s.dtype]);
+               s.causal == SDPA_CAUSAL_TOP_LEFT ? "true" : "false", dtype_names[s.dt[3]]);
         if (s.window)
-            printf(",\"window_left\":%lld,\"window_right\":%lld", (long long)s.window_left,
-                   (long long)s.window_right);
+            printf(",\"window_left\":%lld,\"window_right\":%lld", (long long)s.wl,
+                   (long long)s.wr);
         if (s.softcap > 0.0f)
             printf(",\"softcap\":%.9g", (double)s.softcap);
         printf(",\"alibi\":%s,\"sinks\":%s,\"mask\":\"%s\"", s.alibi ? "true" : "false",
@@ -661,59 +657,59 @@ int main(int argc, char **argv) {
                "\"gflop\":%.6g,\"gflops\":%.6g,\"kv_gbps\":%.6g",
                (long long)repeat, med * 1e3, t[0] * 1e3, t[repeat - 1] * 1e3,
                sb_flops(&s) * 1e-9, gflops, kv_gbps);
-        if (check)
+        if (op.check)
             printf(",\"check\":\"%s\",\"max_abs_err\":%.6g,\"max_rel_err\":%.6g,"
                    "\"bad\":%lld,\"checked\":%lld,\"check_ok\":%s",
                    e.full ? "whole" : "slice", err.max_abs, err.max_rel, (long long)err.bad,
                    (long long)err.checked, err.bad ? "false" : "true");
-        if (mem)
+        if (op.mem)
             printf(",\"mem_fused_heap_bytes\":%lld,\"mem_fused_rss_kib\":%ld,"
                    "\"mem_reference_heap_bytes\":%lld,\"mem_reference_rss_kib\":%ld,"
+                   "\"mem_reference_output_bytes\":%lld,"
                    "\"mem_reference_on\":\"%s\",\"score_matrix_mib\":%.6g",
                    mem_fused.heap_bytes, mem_fused.rss_kib, mem_ref.heap_bytes, mem_ref.rss_kib,
+                   mem_ref.caller_bytes,
                    ref_whole ? "whole" : s.causal == SDPA_CAUSAL_TOP_LEFT
                                              ? "first rows of (b,h)=(0,0)"
                                              : "last rows of (b,h)=(0,0)",
                    score_mib);
         printf("}\n");
     } else {
+        char desc[320];
         printf("libsdpa %s, isa %s, %d thread%s\n", sdpa_version(), isa_name, stats.threads,
                stats.threads == 1 ? "" : "s");
-        printf("shape %s: B=%lld Hq=%lld Hkv=%lld Tq=%lld Tkv=%lld Dk=%lld Dv=%lld%s%s, "
-               "%.4g GFLOP\n",
-               s.name, (long long)s.B, (long long)s.Hq, (long long)s.Hkv, (long long)s.Tq,
-               (long long)s.Tkv, (long long)s.Dk, (long long)s.Dv, s.causal ? " causal" : "",
-               feat, sb_flops(&s) * 1e-9);
+        printf("shape %s: %s, %.4g GFLOP\n", name, sb_case_str(&s, desc, sizeof desc),
+               sb_flops(&s) * 1e-9);
         printf("fused: median %.4g ms of %lld (min %.4g, max %.4g): %.2f GFLOP/s, "
                "K/V read %.2f GB/s\n",
                med * 1e3, (long long)repeat, t[0] * 1e3, t[repeat - 1] * 1e3, gflops, kv_gbps);
-        if (check)
+        if (op.check)
             printf("check against sdpa_reference on the %s: max_abs_err %.3g, max_rel_err "
-                   "%.3g, %lld of %lld outside |o - r| <= 1e-5 + %.3g |r|: %s\n",
-                   scope, err.max_abs, err.max_rel, (long long)err.bad,
-                   (long long)err.checked, sb_rel_tol(s.dtype), err.bad ? "FAIL" : "ok");
-        if (mem) {
+                   "%.3g, %lld of %lld outside |o - r| <= %g + %.3g |r|: %s\n",
+                   scope, err.max_abs, err.max_rel, (long long)err.bad, (long long)err.checked,
+                   SC_TOL_ABS, sc_rel_tol(s.dt[3]), err.bad ? "FAIL" : "ok");
+        if (op.mem) {
             char ref_on[160] = "whole problem";
             if (!ref_whole)
-                snprintf(ref_on, sizeof ref_on, "rows %lld-%lld of (b,h)=(0,0)",
-                         (long long)ref_piece.i0,
-                         (long long)(ref_piece.i0 + ref_piece.rows - 1));
+                snprintf(ref_on, sizeof ref_on, "rows %lld-%lld of (b,h)=(0,0), and %lld B "
+                         "of output the caller allocates", (long long)ref_piece.i0,
+                         (long long)(ref_piece.i0 + ref_piece.rows - 1), mem_ref.caller_bytes);
             printf("memory of one call, peak above what was in use before it:\n"
                    "  fused      heap %12lld B   resident %+6ld KiB   (%d thread%s)\n"
                    "  reference  heap %12lld B   resident %+6ld KiB   (%s)\n"
-                   "  heap: exact, counted by sdpa-run's malloc wrappers%s; resident: "
-                   "VmHWM - VmRSS,\n"
+                   "  heap: exact, the call's sdpa_stats.scratch_bytes; resident: VmHWM - "
+                   "VmRSS,\n"
                    "  to ~128 KiB (page size, per-CPU counter batching). For scale, a "
                    "materialised\n  B*Hq*Tq*Tkv fp32 score matrix is %.1f MiB.\n",
                    mem_fused.heap_bytes, mem_fused.rss_kib, stats.threads,
                    stats.threads == 1 ? "" : "s", mem_ref.heap_bytes, mem_ref.rss_kib, ref_on,
-                   HEAP_COUNTED ? "" : " (not in this build: -1)", score_mib);
+                   score_mib);
         }
     }
     free(t);
-    if (check)
+    if (op.check)
         sb_expect_free(&e);
-    sb_problem_free(&p);
+    sc_tensors_free(&p);
     free(kv_lens);
     return err.bad ? 1 : 0;
 }

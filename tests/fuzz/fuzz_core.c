@@ -20,8 +20,8 @@
  * scales are at most 2/sqrt(Dk), ALiBi slopes are bounded so a penalty stays below 16,
  * additive masks lie in [-2, 2) or are -inf, sinks in [-1, 3) or -inf: every score is
  * then small enough that the fp32 path carries the DESIGN section 6 tolerance
- * (|o - r| <= 1e-5 + 1e-4 |r|, plus one unit in the last place of a 16-bit output, as
- * tests/harness.h th_compare). Special values injected into that data (NaN, +-inf,
+ * (|o - r| <= 1e-5 + 1e-4 |r|, plus one unit in the last place of a 16-bit output:
+ * common/case.h, sc_close). Special values injected into that data (NaN, +-inf,
  * subnormals, signed zeros) keep the comparison: the reference defines where NaN and
  * inf appear, and the fused path must put them in the same places, since with scores
  * bounded no softmax weight underflows to 0 in fp32 where the double reference keeps it
@@ -40,8 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../kernels/convert.h"
-#include "../harness.h"
+#include "../../common/case.h"
 #include "../oracle.h"
 
 /* Under AddressSanitizer, malloc's redzones catch an over- or under-read of instrumented
@@ -118,12 +117,13 @@ typedef struct fz_case {
 
 /* ---- small helpers ----------------------------------------------------------------- */
 
-/* How the case's buffers are allocated: 0 malloc, else a TH_GUARD_* + 1; or, when
+/* How the case's buffers are allocated: 0 malloc, else an SC_GUARD_* + 1; or, when
  * arena is set, carved in order from one region, upwards (each buffer above the last)
  * or downwards, so the outputs lie above the inputs in one case and below them in
- * another: validation must answer the same whichever side an output is on (a mask with
- * a huge stride once crashed with o below it and was refused as an overlap with o
- * above). Bytes between buffers: a 64-byte gap plus a few more from the seed. */
+ * another: validation must answer the same whichever side an output is on (an input
+ * view reaching far past its buffer, a mask with a huge stride say, is judged by its
+ * extent, not by where o happens to lie). Bytes between buffers: a 64-byte gap plus a
+ * few more from the seed. */
 static int alloc_mode;
 static struct {
     char *base;
@@ -136,7 +136,7 @@ static struct {
 
 static void *fz_alloc(size_t bytes) {
     if (arena.base) {
-        const size_t gap = 64 + 8 * (size_t)(th_rand_u64(&arena.rng) % 5);
+        const size_t gap = 64 + 8 * (size_t)(sc_rand_u64(&arena.rng) % 5);
         const size_t n = (bytes + 63) / 64 * 64 + gap;
         if (arena.up + arena.down + n > arena.size)
             abort(); /* cannot happen: every view is at most FZ_MAX_BYTES */
@@ -148,20 +148,22 @@ static void *fz_alloc(size_t bytes) {
         arena.down += n;
         return arena.base + arena.size - arena.down;
     }
-    return alloc_mode ? th_alloc(bytes, alloc_mode - 1) : malloc(bytes);
+    void *p = alloc_mode ? sc_alloc(bytes, alloc_mode - 1) : malloc(bytes);
+    if (!p)
+        abort(); /* every view is at most FZ_MAX_BYTES: out of memory is the host's */
+    return p;
 }
 
 static void fz_free(void *p) {
     if (arena.base)
         return; /* the region goes at the end of the case */
     if (alloc_mode)
-        th_free(p);
+        sc_free(p);
     else
         free(p);
 }
 
 static size_t round8(size_t a) { return (a + 7) & ~(size_t)7; }
-static size_t dt_size(sdpa_dtype t) { return t == SDPA_F32 ? 4 : 2; }
 
 /* Elements a view spans (last offset + 1), or -1 where validation must refuse it: the
  * extent overflows int64, its bytes pass PTRDIFF_MAX or 2^56 (src/validate.c
@@ -181,19 +183,6 @@ static int64_t view_extent(const int64_t n[3], const int64_t s[3], int64_t d, si
     if (bytes > FZ_ADDRESS_TOP - ((__int128)1 << 48))
         return FZ_MAX_BYTES + 1;
     return (int64_t)(last + 1);
-}
-
-static void put(void *buf, size_t e, sdpa_dtype dt, float x) {
-    if (dt == SDPA_F16)
-        ((uint16_t *)buf)[e] = sdpa_f32_to_f16(x);
-    else if (dt == SDPA_BF16)
-        ((uint16_t *)buf)[e] = sdpa_f32_to_bf16(x);
-    else
-        memcpy((char *)buf + 4 * e, &x, 4);
-}
-
-static float get(const void *buf, size_t e, sdpa_dtype dt) {
-    return sdpa_load_as_f32(buf, (int64_t)e, dt);
 }
 
 static void fail(char *msg, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -315,7 +304,7 @@ static void decode_lengths(fz_case *c) {
         return;
     int64_t *ql = malloc((size_t)c->B * sizeof *ql), *kl = malloc((size_t)c->B * sizeof *kl);
     for (int64_t b = 0; b < c->B; b++) {
-        const uint64_t r = th_rand_u64(&rng);
+        const uint64_t r = sc_rand_u64(&rng);
         /* entry 0 full, the rest anywhere in [0, T] (0 included: no rows, no keys) */
         ql[b] = b == 0 ? c->Tq : (int64_t)(r % (uint64_t)(c->Tq + 1));
         kl[b] = b == 0 ? c->Tkv : (int64_t)((r >> 32) % (uint64_t)(c->Tkv + 1));
@@ -332,7 +321,7 @@ static void decode_lengths(fz_case *c) {
             c->maxkv = kl[b] > c->maxkv ? kl[b] : c->maxkv;
         }
         /* a few rows and keys no sequence owns; at least one row and key per view */
-        const uint64_t r = th_rand_u64(&rng);
+        const uint64_t r = sc_rand_u64(&rng);
         c->vTq = c->cuq[c->B] + (int64_t)(r % 3), c->vTkv = c->cukv[c->B] + (int64_t)((r >> 8) % 3);
         c->vTq += c->vTq == 0, c->vTkv += c->vTkv == 0;
         c->VB = 1;
@@ -418,15 +407,15 @@ static void fill_view(fz_case *c, int op, uint64_t *rng) {
     fz_view *w = &c->v[op];
     const int raw = c->h[FZ_DATA] % 4 == 3;
     for (int64_t e = 0; e < w->ext; e++) {
-        const uint64_t r = th_rand_u64(rng);
+        const uint64_t r = sc_rand_u64(rng);
         if (raw && w->es == 2) {
             ((uint16_t *)(void *)w->t.data)[e] = (uint16_t)r;
         } else if (raw) {
             const uint32_t u = (uint32_t)r;
             memcpy((char *)w->t.data + 4 * e, &u, 4);
         } else {
-            put(w->t.data, (size_t)e, w->t.dtype,
-                (float)((double)(r >> 11) * 0x1p-53 * 2.0 - 1.0));
+            sc_store(w->t.data, (size_t)e, w->t.dtype,
+                     (float)((double)(r >> 11) * 0x1p-53 * 2.0 - 1.0));
         }
     }
 }
@@ -438,7 +427,7 @@ static void make_mask(fz_case *c, uint64_t *rng) {
         return;
     const int isbool = kind == SDPA_MASK_BOOL;
     const sdpa_dtype dt = isbool ? SDPA_F32 : (sdpa_dtype)(((m >> 2) & 3) % 3);
-    const size_t es = isbool ? 1 : dt_size(dt);
+    const size_t es = isbool ? 1 : sc_dtype_size(dt);
     const int bb = (m >> 4) & 1, bh = (m >> 5) & 1, br = (m >> 6) & 1;
     sdpa_mask mk = {.kind = (sdpa_mask_kind)kind, .dtype = dt};
     const int64_t rows = br ? 1 : c->maxq, heads = bh ? 1 : c->Hq;
@@ -472,13 +461,13 @@ static void make_mask(fz_case *c, uint64_t *rng) {
     static const double hidden[4] = {0.0, 0.3, 0.9, 1.0};
     const double hide = hidden[c->h[FZ_MASK_HIDDEN] % 4];
     for (int64_t e = 0; e < ext; e++) {
-        const uint64_t r = th_rand_u64(rng);
+        const uint64_t r = sc_rand_u64(rng);
         const int hid = (double)(r >> 11) * 0x1p-53 < hide;
         if (isbool)
             ((uint8_t *)c->mask)[e] = hid ? 0 : (uint8_t)(1 + (r & 0x7f));
         else
-            put(c->mask, (size_t)e, dt,
-                hid ? -INFINITY : (float)((double)(r >> 11) * 0x1p-53 * 4.0 - 2.0));
+            sc_store(c->mask, (size_t)e, dt,
+                     hid ? -INFINITY : (float)((double)(r >> 11) * 0x1p-53 * 4.0 - 2.0));
     }
     mk.data = c->mask;
     c->desc.mask = mk;
@@ -499,7 +488,7 @@ static void inject(fz_case *c) {
         if (op == 3) {
             if (!c->mask || c->desc.mask.kind != SDPA_MASK_ADDITIVE)
                 continue;
-            buf = c->mask, dt = c->desc.mask.dtype, n = c->mask_bytes / dt_size(dt);
+            buf = c->mask, dt = c->desc.mask.dtype, n = c->mask_bytes / sc_dtype_size(dt);
         } else {
             buf = c->v[op].t.data, dt = c->v[op].t.dtype, n = (size_t)c->v[op].ext;
         }
@@ -517,7 +506,7 @@ static void inject(fz_case *c) {
             c->inf_in_v = 1;
         if ((kind == 1 || kind == 2) && (op == OP_Q || op == OP_K))
             c->inf_in_qk = 1;
-        put(buf, e, dt, vals[kind]);
+        sc_store(buf, e, dt, vals[kind]);
     }
 }
 
@@ -530,7 +519,7 @@ static void setup_views(fz_case *c) {
     for (int op = 0; op < NOPS; op++) {
         fz_view *w = &c->v[op];
         w->t.dtype = (sdpa_dtype)(((c->h[FZ_DTYPE] >> (2 * op)) & 3) % 3);
-        w->es = dt_size(w->t.dtype);
+        w->es = sc_dtype_size(w->t.dtype);
         w->n[0] = c->VB, w->n[1] = H[op], w->n[2] = T[op], w->d = D[op];
         int wild;
         choose_strides(c, op, &wild);
@@ -614,7 +603,7 @@ static void make_heads(fz_case *c, uint64_t *rng) {
     if (m & 2) {
         c->sinks = malloc((size_t)c->Hq * sizeof(float));
         for (int64_t h = 0; h < c->Hq; h++)
-            c->sinks[h] = h == 1 ? -INFINITY : (float)((double)(th_rand_u64(rng) >> 11) * 0x1p-53 * 4.0 - 1.0);
+            c->sinks[h] = h == 1 ? -INFINITY : (float)((double)(sc_rand_u64(rng) >> 11) * 0x1p-53 * 4.0 - 1.0);
         c->desc.sinks = c->sinks;
     }
 }
@@ -799,18 +788,6 @@ static int64_t o_at(const fz_case *c, int64_t b, int64_t h, int64_t i, int64_t d
     return b * o->stride_b + h * o->stride_h + i * o->stride_t + d;
 }
 
-/* |x - r| <= 1e-5 + tol |r|, NaN only where r is NaN and inf only where r is the same
- * inf: tests/harness.c close_enough, the DESIGN section 6 rule. */
-static int close_enough(float x, float r, double tol) {
-    if (isnan(r))
-        return isnan(x);
-    if (isinf(r))
-        return x == r;
-    if (!isfinite(x))
-        return 0;
-    return fabs((double)x - (double)r) <= 1e-5 + tol * fabs((double)r);
-}
-
 /* Marks of the output view's elements over its region: 0 a gap, 1 one element, 2 an
  * address two elements share. */
 static uint8_t *o_marks(const fz_case *c) {
@@ -863,14 +840,13 @@ static int describe(const fz_case *c, char *buf, size_t n) {
 static int compare_values(const fz_case *c, const fz_out *a, const fz_out *r, char *why,
                           size_t n) {
     const sdpa_dtype ot = c->v[OP_O].t.dtype;
-    const double tol = 1e-4 + (ot == SDPA_F16 ? 0x1p-10 : ot == SDPA_BF16 ? 0x1p-7 : 0.0);
     for (int64_t b = 0; b < c->VB; b++)
         for (int64_t h = 0; h < c->Hq; h++)
             for (int64_t i = 0; i < c->vTq; i++)
                 for (int64_t d = 0; d < c->Dv; d++) {
                     const size_t e = (size_t)o_at(c, b, h, i, d);
-                    const float x = get(a->o, e, ot), y = get(r->o, e, ot);
-                    if (!close_enough(x, y, tol)) {
+                    const float x = sc_load(a->o, e, ot), y = sc_load(r->o, e, ot);
+                    if (!sc_close(x, y, ot)) {
                         fail(why, n, "o[%lld,%lld,%lld,%lld] fused %.9g reference %.9g",
                              (long long)b, (long long)h, (long long)i, (long long)d,
                              (double)x, (double)y);
@@ -881,7 +857,7 @@ static int compare_values(const fz_case *c, const fz_out *a, const fz_out *r, ch
         float x, y;
         memcpy(&x, a->l + 4 * e, 4);
         memcpy(&y, r->l + 4 * e, 4);
-        if (!close_enough(x, y, 1e-4)) {
+        if (!sc_close(x, y, SDPA_F32)) {
             fail(why, n, "lse[%zu] fused %.9g reference %.9g", e, (double)x, (double)y);
             return 0;
         }
@@ -937,7 +913,7 @@ static int check_weights(fz_case *c, char *why, size_t n) {
                      (long long)e, (long long)row, (long long)j, (double)w[e]);
                 ok = 0;
             }
-        } else if (c->compare && !close_enough(w[e], r, 1e-4)) {
+        } else if (c->compare && !sc_close(w[e], r, SDPA_F32)) {
             fail(why, n, "weight[%lld] (row %lld, key %lld) %.9g, oracle %.9g", (long long)e,
                  (long long)row, (long long)j, (double)w[e], (double)r);
             ok = 0;
@@ -945,17 +921,16 @@ static int check_weights(fz_case *c, char *why, size_t n) {
     }
     /* o and lse of this call against the oracle (the fused path's own rounding of o) */
     const sdpa_dtype ot = c->v[OP_O].t.dtype;
-    const double tol = 1e-4 + (ot == SDPA_F16 ? 0x1p-10 : ot == SDPA_BF16 ? 0x1p-7 : 0.0);
     for (int64_t row = 0; ok && c->compare && row < rows; row++) {
         const int64_t vb = row / (c->Hq * c->vTq), h = row / c->vTq % c->Hq, i = row % c->vTq;
-        if (!close_enough(lse[row], (float)ol[row], 1e-4)) {
+        if (!sc_close(lse[row], (float)ol[row], SDPA_F32)) {
             fail(why, n, "lse[%lld] %.9g, oracle %.9g", (long long)row, (double)lse[row],
                  ol[row]);
             ok = 0;
         }
         for (int64_t x = 0; ok && x < c->Dv; x++) {
-            const float got = get(c->v[OP_O].t.data, (size_t)o_at(c, vb, h, i, x), ot);
-            if (!close_enough(got, (float)oo[row * c->Dv + x], tol)) {
+            const float got = sc_load(c->v[OP_O].t.data, (size_t)o_at(c, vb, h, i, x), ot);
+            if (!sc_close(got, (float)oo[row * c->Dv + x], ot)) {
                 fail(why, n, "o[row %lld, %lld] %.9g, oracle %.9g", (long long)row, (long long)x,
                      (double)got, oo[row * c->Dv + x]);
                 ok = 0;
@@ -1190,7 +1165,7 @@ int fz_run(const uint8_t *data, size_t size, sdpa_isa isa, char *msg, size_t msg
     c->isa = isa;
     c->compare = 1;
     c->expect = EXPECT_OK;
-    const int guard = c->h[FZ_ALIAS] & 0x40 ? TH_GUARD_BEFORE : TH_GUARD_AFTER;
+    const int guard = c->h[FZ_ALIAS] & 0x40 ? SC_GUARD_BEFORE : SC_GUARD_AFTER;
 #ifdef FZ_ASAN
     alloc_mode = c->h[FZ_ALIAS] & 0x80 ? guard + 1 : 0;
 #else
@@ -1198,7 +1173,8 @@ int fz_run(const uint8_t *data, size_t size, sdpa_isa isa, char *msg, size_t msg
 #endif
     if (c->h[FZ_ALIAS] & 0x08) { /* one region, buffers upwards or (bit 4) downwards */
         arena.size = FZ_ARENA_BYTES;
-        arena.base = th_alloc(arena.size, guard);
+        if (!(arena.base = sc_alloc(arena.size, guard)))
+            abort();
         arena.up = arena.down = 0;
         arena.downwards = (c->h[FZ_ALIAS] >> 4) & 1;
         arena.rng = c->seed ^ 0xa7e4a;
@@ -1229,7 +1205,7 @@ int fz_run(const uint8_t *data, size_t size, sdpa_isa isa, char *msg, size_t msg
     free_case(c);
     free(c);
     if (arena.base) { /* after free_case, whose frees are no-ops in an arena */
-        th_free(arena.base);
+        sc_free(arena.base);
         arena.base = NULL;
     }
     return ok;
