@@ -35,7 +35,7 @@ test-aarch64: aarch64-suite-default aarch64-suite-a72
 #                        build-fuzz/artifacts-<isa>/, the grown corpus to build-fuzz/corpus-<isa>/
 #   make fuzz-isas FUZZ_ISAS="scalar avx2"   one campaign per ISA (-jN runs N at once)
 #   make fuzz-corpus     regenerate the committed seed corpus tests/fuzz/corpus
-#   make tsan            the concurrency suites (soak, threads) under ThreadSanitizer: clang,
+#   make tsan            the concurrency suites (soak, threads, plan) under ThreadSanitizer: clang,
 #                        libomp with its Archer tool so OpenMP's own synchronisation is seen
 #   make valgrind        memcheck on the suite (--quick), once per VALGRIND_ISAS (valgrind 3.19
 #                        cannot run AVX-512); VALGRIND_SUITES picks the suites; -j2 runs
@@ -112,7 +112,7 @@ tsan:
 	$(MAKE) CC=clang SANITIZE=thread BUILD=$(TSAN_BUILD) $(TSAN_BUILD)/sdpa-test
 	TSAN_OPTIONS="halt_on_error=1 ignore_noninstrumented_modules=1" \
 	  OMP_TOOL_LIBRARIES=$(ARCHER) SDPA_SOAK_SECONDS=$(TSAN_SECONDS) \
-	  ./$(TSAN_BUILD)/sdpa-test --quick soak threads
+	  ./$(TSAN_BUILD)/sdpa-test --quick soak threads plan
 
 # memcheck on the gcc build, the process-wide ISA and the suites' ISA both forced, so no
 # instruction of another table runs; OpenMP's threads sleep instead of spinning (valgrind

@@ -28,7 +28,7 @@ static const suite suites[] = {
     {"ukernel", suite_ukernel, 1}, {"features", suite_features, 1},
     {"layer", suite_layer, 1},
     {"extremes", suite_extremes, 1}, {"fuzzcases", suite_fuzzcases, 1},
-    {"alloc", suite_alloc, 1},
+    {"alloc", suite_alloc, 1},     {"plan", suite_plan, 1},
     {"soak", suite_soak, 0},
 };
 enum { NSUITES = sizeof suites / sizeof suites[0] };

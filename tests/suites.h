@@ -21,6 +21,7 @@ void suite_extremes(void);  /* scales, inf/NaN, subnormals, huge T, int64 limits
 void suite_fuzzcases(void); /* the fuzz corpus and regression inputs, replayed */
 void suite_soak(void);      /* many host threads at once, bit-identical results */
 void suite_alloc(void);     /* every allocation of every entry point failing in turn */
+void suite_plan(void);      /* plans on pthreads and shuffled, sdpa_merge */
 
 /* Set by main.c from --quick: smaller sweeps for slow builds (sanitizers). */
 extern int th_quick;

@@ -6,7 +6,8 @@
  * code path that allocates differently: serial, threaded, split-KV, the layer with and
  * without a caller workspace), a clean call counts its allocations N; then for every
  * k <= N the call is repeated with the k-th failing and must return
- * SDPA_ERR_OUT_OF_MEMORY with every output byte as it was. Leaks are the sanitizer
+ * SDPA_ERR_OUT_OF_MEMORY with every output byte as it was (plans: sdpa_plan_create, where
+ * a plan allocates; sdpa_merge). Leaks are the sanitizer
  * build's to find (CI runs the suite under ASan with leak detection). Runs per ISA.
  */
 #include <stdio.h>
@@ -87,6 +88,55 @@ static sdpa_status attn_call(void *p) {
     }
 }
 
+/* A plan driven to the end on this thread (its allocations all happen in create). */
+static sdpa_status plan_call(void *p) {
+    attn_ctx *a = p;
+    sc_tensors *t = &a->t;
+    sdpa_plan *pl;
+    sdpa_status st = sdpa_plan_create(&t->desc, &t->q, &t->k, &t->v, &t->o, t->lse, &pl);
+    if (st != SDPA_OK)
+        return st;
+    void *scr = aligned_alloc(64, (sdpa_plan_scratch_size(pl) + 63) / 64 * 64);
+    for (int64_t u = 0; u < sdpa_plan_units(pl) && st == SDPA_OK; u++)
+        st = sdpa_plan_run(pl, u, scr);
+    for (int64_t f = 0; f < sdpa_plan_finish_units(pl) && st == SDPA_OK; f++)
+        st = sdpa_plan_finish(pl, f, scr);
+    free(scr);
+    sdpa_plan_destroy(pl);
+    return st;
+}
+
+/* sdpa_merge of two parts (the per-thread scratch is its allocation). */
+typedef struct merge_ctx {
+    sdpa_merge_desc d;
+    sdpa_tensor parts[2], o;
+    const float *lses[2];
+    float *lse;
+} merge_ctx;
+
+static sdpa_status merge_call(void *p) {
+    merge_ctx *m = p;
+    return sdpa_merge(&m->d, m->parts, m->lses, &m->o, m->lse);
+}
+
+static void merge_target(void) {
+    enum { R = 700, D = 64 };
+    uint64_t rng = 5;
+    float *a = malloc(R * D * sizeof(float)), *b = malloc(R * D * sizeof(float));
+    float *la = malloc(R * sizeof(float)), *lb = malloc(R * sizeof(float));
+    float *o = malloc(R * D * sizeof(float)), *lo = malloc(R * sizeof(float));
+    for (int i = 0; i < R * D; i++)
+        a[i] = sc_rand_float(&rng), b[i] = sc_rand_float(&rng);
+    for (int i = 0; i < R; i++)
+        la[i] = sc_rand_float(&rng), lb[i] = sc_rand_float(&rng);
+    merge_ctx m = {{.batch = 1, .heads = 1, .len = R, .dim = D, .parts = 2, .num_threads = 2},
+                   {sdpa_tensor_bhtd(a, SDPA_F32, 1, R, D), sdpa_tensor_bhtd(b, SDPA_F32, 1, R, D)},
+                   sdpa_tensor_bhtd(o, SDPA_F32, 1, R, D), {la, lb}, lo};
+    target t = {"sdpa_merge", merge_call, &m, {o, lo}, {R * D * sizeof(float), R * sizeof(float)}};
+    exercise(&t);
+    free(a), free(b), free(la), free(lb), free(o), free(lo);
+}
+
 static void attention(void) {
     static const struct {
         const char *name;
@@ -102,7 +152,7 @@ static void attention(void) {
                                    .mask_hidden = 0.3f, .sinks = 1}},
     };
     for (int i = 0; i < N(cases); i++)
-        for (int which = 0; which < 3; which++) {
+        for (int which = 0; which < 4; which++) {
             if (which == 2 && i == 2)
                 continue; /* 5000 keys of weights per row: the other cases cover weights */
             attn_ctx a = {.which = which};
@@ -111,10 +161,10 @@ static void attention(void) {
             th_tensors_make(&a.t, &c);
             const size_t nw = (size_t)(a.t.VB * c.Hq * a.t.desc.len_q * a.t.desc.len_kv);
             char name[96];
-            snprintf(name, sizeof name, "%s: %s", cases[i].name,
-                     which == 0 ? "sdpa_forward" : which == 1 ? "sdpa_reference"
-                                                              : "sdpa_attention_weights");
-            target t = {name, attn_call, &a, {0}, {0}};
+            static const char *entry[] = {"sdpa_forward", "sdpa_reference",
+                                          "sdpa_attention_weights", "sdpa_plan_create"};
+            snprintf(name, sizeof name, "%s: %s", cases[i].name, entry[which]);
+            target t = {name, which == 3 ? plan_call : attn_call, &a, {0}, {0}};
             if (which == 2) {
                 /* the weights read an lse: compute it first */
                 sdpa_forward(&a.t.desc, &a.t.q, &a.t.k, &a.t.v, &a.t.o, a.t.lse);
@@ -206,4 +256,5 @@ static void layer(void) {
 void suite_alloc(void) {
     attention();
     layer();
+    merge_target();
 }
