@@ -7,7 +7,7 @@
 #define SDPA_TEST_SUITES_H
 
 void suite_api(void);     /* validation, helpers (once) */
-void suite_seeds(void);   /* numbers printed in ../shared/seeds */
+void suite_seeds(void);   /* numbers printed in the seed notebooks */
 void suite_sweep(void);   /* shape sweeps around tile edges */
 void suite_layout(void);  /* strided, BSHD, misaligned, guard-before buffers */
 void suite_threads(void); /* thread counts and bit-identical results */

@@ -1,5 +1,6 @@
 /*
- * test_seeds.c - numbers printed in the notebooks of ../shared/seeds, reproduced by the
+ * test_seeds.c - numbers printed in the seed notebooks the project grew from (their
+ * parameters and printed tables are in tests/data/seed_vectors.h), reproduced by the
  * fused path (and the reference) to the printed precision.
  *
  * Each test builds Q, K, V so that attention computes exactly what the notebook cell
