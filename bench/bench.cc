@@ -341,6 +341,8 @@ std::vector<Case> make_cases(std::vector<Shape> &shapes, const Suite &su,
                 cases.push_back(c);
         };
         for (sdpa_isa isa : isas) {
+            if (sh.s && sh.s->best_isa_only && !su.scalar_everywhere && isa != isas.front())
+                continue;
             if (isa == SDPA_ISA_SCALAR && have_simd && !su.scalar_everywhere &&
                 (sh.flops > kScalarDefaultMaxFlops ||
                  (sh.s && sb_kv_bytes(&sh.s->c) > kScalarDefaultMaxKvBytes))) {

@@ -24,6 +24,14 @@
 /* A suite case: 64-byte-aligned heap buffers, the data stream of seed 1. */
 #define SHAPE(nm, ...) {.name = nm, .c = {.guard = SC_GUARD_NONE, .seed = 1, __VA_ARGS__}}
 #define F16_ALL {SDPA_F16, SDPA_F16, SDPA_F16, SDPA_F16}
+/* A shape engines run, timed on the best ISA only in the default suite (every ISA in the
+ * full one): the suite stays under its budget with them. */
+#define ENGINE(nm, ...)                                                                    \
+    {.name = nm, .best_isa_only = 1, .c = {.guard = SC_GUARD_NONE, .seed = 1, __VA_ARGS__}}
+
+/* batched-decode's caches: a mix of long and short sequences, up to Tkv = 8192 */
+static const int64_t batched_lens[16] = {8192, 300,  4096, 1024, 7000, 64,  2048, 8192,
+                                         512,  3000, 6144, 128,  5000, 8192, 1500, 256};
 
 /* prefill-causal is the shape of DESIGN.md section 7's "what we must beat" figures;
  * decode-long's K/V (512 MiB) is far beyond the 32 MiB L3 of the project's machine.
@@ -47,6 +55,33 @@ const sb_shape sb_suite[] = {
           .Dv = 128, .causal = SDPA_CAUSAL_BOTTOM_RIGHT, .window = 1, .wl = 511, .wr = 0),
     SHAPE("seed", .B = 2, .Hq = 2, .Hkv = 2, .Tq = 11, .Tkv = 11, .Dk = 4, .Dv = 4,
           .causal = SDPA_CAUSAL_BOTTOM_RIGHT),
+    /* the shapes engines run: the head dims of Gemma, Phi, Llama, Qwen (64 .. 256) and
+     * Gemma 4 (512) on one causal prefill */
+    ENGINE("causal-d64", .B = 1, .Hq = 8, .Hkv = 8, .Tq = 2048, .Tkv = 2048, .Dk = 64, .Dv = 64,
+           .causal = SDPA_CAUSAL_BOTTOM_RIGHT),
+    ENGINE("causal-d80", .B = 1, .Hq = 8, .Hkv = 8, .Tq = 2048, .Tkv = 2048, .Dk = 80, .Dv = 80,
+           .causal = SDPA_CAUSAL_BOTTOM_RIGHT),
+    ENGINE("causal-d96", .B = 1, .Hq = 8, .Hkv = 8, .Tq = 2048, .Tkv = 2048, .Dk = 96, .Dv = 96,
+           .causal = SDPA_CAUSAL_BOTTOM_RIGHT),
+    ENGINE("causal-d112", .B = 1, .Hq = 8, .Hkv = 8, .Tq = 2048, .Tkv = 2048, .Dk = 112,
+           .Dv = 112, .causal = SDPA_CAUSAL_BOTTOM_RIGHT),
+    ENGINE("causal-d256", .B = 1, .Hq = 8, .Hkv = 8, .Tq = 2048, .Tkv = 2048, .Dk = 256,
+           .Dv = 256, .causal = SDPA_CAUSAL_BOTTOM_RIGHT),
+    ENGINE("causal-d512", .B = 1, .Hq = 4, .Hkv = 4, .Tq = 2048, .Tkv = 2048, .Dk = 512,
+           .Dv = 512, .causal = SDPA_CAUSAL_BOTTOM_RIGHT),
+    /* DeepSeek's MLA decode: 128 query heads on one latent cache of 576 (512 + 64 rope)
+     * per token, V the first 512 columns of K (a view of the same memory) */
+    ENGINE("mla-decode", .B = 1, .Hq = 128, .Hkv = 1, .Tq = 1, .Tkv = 4096, .Dk = 576,
+           .Dv = 512, .v_in_k = 1),
+    /* a 512-row chunk of prefill against a 16k cache, causal (bottom-right) */
+    ENGINE("chunked-prefill", .B = 1, .Hq = 8, .Hkv = 2, .Tq = 512, .Tkv = 16384, .Dk = 128,
+           .Dv = 128, .causal = SDPA_CAUSAL_BOTTOM_RIGHT),
+    /* 16 sequences decoding at once against caches of mixed lengths */
+    ENGINE("batched-decode", .B = 16, .Hq = 32, .Hkv = 8, .Tq = 1, .Tkv = 8192, .Dk = 128,
+           .Dv = 128, .kv_lens = batched_lens),
+    /* a long prefill: 32k keys, causal */
+    ENGINE("long-prefill-32k", .B = 1, .Hq = 1, .Hkv = 1, .Tq = 32768, .Tkv = 32768, .Dk = 128,
+           .Dv = 128, .causal = SDPA_CAUSAL_BOTTOM_RIGHT),
 };
 const int sb_suite_len = (int)(sizeof sb_suite / sizeof sb_suite[0]);
 
@@ -122,9 +157,10 @@ double sb_kv_bytes(const sc_case *c) {
         if (first >= 0)
             rows += (double)(last - first) * (c->kv_lens ? 1.0 : (double)c->B);
     }
+    /* V inside K (MLA) reads no bytes of its own */
     return rows * (double)c->Hkv *
            ((double)c->Dk * (double)sc_dtype_size(c->dt[1]) +
-            (double)c->Dv * (double)sc_dtype_size(c->dt[2]));
+            (c->v_in_k ? 0.0 : (double)c->Dv * (double)sc_dtype_size(c->dt[2])));
 }
 
 /* Speculative decoding verifies up to ~16 tokens at once; beyond that it is prefill. */

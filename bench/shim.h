@@ -27,6 +27,7 @@ extern "C" {
  * assume that, and so do sdpa-run's cases. */
 typedef struct sb_shape {
     const char *name;
+    int best_isa_only; /* the default suite times it on the best ISA only */
     sc_case c;
 } sb_shape;
 

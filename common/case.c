@@ -358,6 +358,11 @@ int sc_tensors_make(sc_tensors *t, const sc_case *c) {
     uint64_t rng = c->seed;
     const float amp = c->amplitude != 0.0f ? c->amplitude : 1.0f;
     for (int i = 0; i < 4; i++) {
+        if (i == 2 && c->v_in_k) { /* V: the first Dv columns of K, the same memory */
+            *views[2] = *views[1];
+            views[2]->dtype = c->dt[1];
+            continue;
+        }
         *views[i] = make_view(c->layout, c->dt[i], H[i], T[i], D[i]);
         t->elems[i] = (size_t)max_offset(views[i], t->VB, H[i], T[i], D[i]) + 1;
         const size_t es = sc_dtype_size(c->dt[i]);

@@ -94,6 +94,8 @@ typedef struct sc_case {
     int lens;         /* SC_LENS_* */
     const int64_t *kv_lens; /* [B] given key lengths (with lens SC_LENS_NONE), or NULL */
     float dropout;    /* desc.dropout_p (its seed derives from the case's seed) */
+    int v_in_k;       /* V is a view of K's memory, its first Dv columns (Dv <= Dk; MLA's
+                         latent cache, where V is the compressed part of K) */
 } sc_case;
 
 /* A built case: the descriptor and views of a case, filled, ready for either entry
