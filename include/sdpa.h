@@ -86,14 +86,15 @@ typedef enum sdpa_status {
     SDPA_ERR_BAD_DTYPE = 7,     /* an unknown dtype, or one this build does not support */
     SDPA_ERR_BAD_ARGUMENT = 8,  /* another field out of range: scale or softcap not
                                    finite (or softcap < 0), negative num_threads or window
-                                   extent, unknown causal, isa or mask kind, a mask kind
+                                   extent, unknown causal, isa, compute or mask kind, a mask kind
                                    without data or data without a kind, dropout_p outside
                                    [0, 1) or dimensions beyond the dropout counter, an
                                    ALiBi slope that is not finite, a sink that is NaN or
                                    +inf */
     SDPA_ERR_OUT_OF_MEMORY = 9, /* scratch allocation failed */
     SDPA_ERR_UNSUPPORTED_ISA = 10, /* the ISA asked for is not built in or not usable on
-                                      this CPU */
+                                      this CPU, or no usable table computes the compute
+                                      mode asked for */
     SDPA_ERR_MISALIGNED = 11,      /* a data pointer is not aligned to its element size */
     SDPA_ERR_BAD_LENGTHS = 12      /* q_lens/kv_lens/cu_seqlens out of range, decreasing,
                                       or combined in a way the descriptor forbids */
@@ -170,6 +171,34 @@ typedef struct sdpa_mask {
     int64_t stride_h;     /* elements between query heads; 0 broadcasts over heads */
     int64_t stride_q;     /* elements between query rows; 0 broadcasts over rows */
 } sdpa_mask;
+
+/* The precision of the two products. SDPA_COMPUTE_F32 (0) is exact fp32 arithmetic
+ * whatever the storage. SDPA_COMPUTE_BF16 is what FlashAttention, vLLM's and SGLang's CPU
+ * backends and PyTorch's bf16 CPU path compute:
+ *   - Q, K and V enter the products as bf16: fp32 and f16 operands are rounded to nearest
+ *     even once (while a tile is packed), bf16 ones are used as they are;
+ *   - S = scale Q K^T accumulates exact bf16 products in fp32;
+ *   - the softmax (max, exp, the sums l, the state m, lse) stays fp32;
+ *   - P is rounded to bf16 (after dropout) before P V, which accumulates in fp32;
+ *   - O stays fp32 until it is stored in its dtype.
+ * Error model (against the exact attention of the rounded operands q^, k^, v^, with
+ * weights w_j and A_d = sum_j w_j |v^_jd|, row by row):
+ *     |o_d - a_d| <= (2^-8 + 2 D + g(Tkv)) A_d,   D = |scale| g(Dk) max_j sum_d |q^_d k^_jd|
+ *                                                     + 4 2^-24 max_j |s_j|
+ * where g(n) = n 2^-24 / (1 - n 2^-24) bounds an fp32 sum of n terms: 2^-8 is P's bf16
+ * rounding (relative, nearest even), D the score error (fp32 accumulation of Dk exact
+ * products, then scale, softcap, ALiBi and mask in fp32; a score error e changes a
+ * weight by a factor exp(e - sum w e), hence 2 D), g(Tkv) the fp32 sums of l and of
+ * P V. sdpa_reference in this mode applies the same two roundings (operands; P at the
+ * row's final max rather than the kernels' running max), so against it the 2^-8 becomes
+ * 2^-7; lse is within D + g(Tkv) + 2^-22 of the reference's. Asking for a compute mode
+ * no usable kernel table provides is SDPA_ERR_UNSUPPORTED_ISA, never a silent fp32 run
+ * (the scalar table emulates the roundings exactly, so the mode exists everywhere; the
+ * automatic ISA choice picks the best table that computes it). */
+typedef enum sdpa_compute {
+    SDPA_COMPUTE_F32 = 0,  /* exact fp32 products (the default) */
+    SDPA_COMPUTE_BF16 = 1  /* bf16 operands and P, fp32 accumulation and softmax */
+} sdpa_compute;
 
 /* Instruction sets a kernel table can target. */
 typedef enum sdpa_isa {
@@ -266,6 +295,9 @@ typedef struct sdpa_desc {
                                dropped by a pure function of (seed, b, h, i, j), the same
                                for any tiling, ISA or thread count and in sdpa_reference.
                                Requires batch, heads_q, len_q < 2^32, len_kv < 2^34. */
+
+    /* ---- compute precision (appended in ABI level 2) ---- */
+    int compute;            /* an sdpa_compute value; 0 = exact fp32 products */
 } sdpa_desc;
 
 /* Limits on the descriptor's dimensions (inclusive). */

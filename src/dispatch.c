@@ -182,28 +182,31 @@ typedef struct row {
     sdpa_isa base;               /* the row whose composed table this one starts from */
     const sdpa_kernels *table;   /* its own entries; NULL when not built in */
     int (*usable)(void);         /* the CPU and OS run it (called once) */
+    unsigned computes;           /* the sdpa_compute modes it computes (bit per value) */
 } row;
+
+#define F32 (1u << SDPA_COMPUTE_F32)
 
 /* In order of preference: the automatic choice is the first usable row. A base row comes
  * after the rows built on it. */
 static const row rows[] = {
 #if defined(__x86_64__) || defined(__i386__)
-    {SDPA_ISA_AVX512, "avx512", SDPA_ISA_SCALAR, TABLE_AVX512, usable_avx512},
-    {SDPA_ISA_AVX2, "avx2", SDPA_ISA_SCALAR, TABLE_AVX2, usable_avx2},
+    {SDPA_ISA_AVX512, "avx512", SDPA_ISA_SCALAR, TABLE_AVX512, usable_avx512, F32},
+    {SDPA_ISA_AVX2, "avx2", SDPA_ISA_SCALAR, TABLE_AVX2, usable_avx2, F32},
 #endif
 #if defined(__aarch64__)
-    {SDPA_ISA_NEON, "neon", SDPA_ISA_SCALAR, TABLE_NEON, usable_neon},
+    {SDPA_ISA_NEON, "neon", SDPA_ISA_SCALAR, TABLE_NEON, usable_neon, F32},
 #endif
-    {SDPA_ISA_SCALAR, "scalar", SDPA_ISA_AUTO, &sdpa_kernels_scalar, usable_always},
+    {SDPA_ISA_SCALAR, "scalar", SDPA_ISA_AUTO, &sdpa_kernels_scalar, usable_always, F32},
 };
 enum { NROWS = sizeof rows / sizeof rows[0] };
 
 /* Every ISA value names a row on some target; rows of other targets are listed as not
  * built, so names and lookups work everywhere. */
 static const row foreign[] = {
-    {SDPA_ISA_AVX2, "avx2", SDPA_ISA_SCALAR, NULL, NULL},
-    {SDPA_ISA_AVX512, "avx512", SDPA_ISA_SCALAR, NULL, NULL},
-    {SDPA_ISA_NEON, "neon", SDPA_ISA_SCALAR, NULL, NULL},
+    {SDPA_ISA_AVX2, "avx2", SDPA_ISA_SCALAR, NULL, NULL, 0},
+    {SDPA_ISA_AVX512, "avx512", SDPA_ISA_SCALAR, NULL, NULL, 0},
+    {SDPA_ISA_NEON, "neon", SDPA_ISA_SCALAR, NULL, NULL, 0},
 };
 
 static sdpa_kernels composed[SDPA_ISA_COUNT_];
@@ -266,14 +269,14 @@ static void build_registry(void) {
     for (int i = 0; i < NROWS; i++) {
         const row *r = &rows[i];
         infos[ninfos++] = (sdpa_isa_info){r->isa, r->name, have[r->isa] ? &composed[r->isa] : NULL,
-                                          have[r->isa] && r->usable()};
+                                          have[r->isa] && r->usable(), r->computes};
     }
     for (size_t i = 0; i < sizeof foreign / sizeof foreign[0]; i++) {
         int listed = 0;
         for (int j = 0; j < ninfos; j++)
             listed |= infos[j].isa == foreign[i].isa;
         if (!listed)
-            infos[ninfos++] = (sdpa_isa_info){foreign[i].isa, foreign[i].name, NULL, 0};
+            infos[ninfos++] = (sdpa_isa_info){foreign[i].isa, foreign[i].name, NULL, 0, 0};
     }
 }
 
@@ -285,6 +288,8 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 static sdpa_isa initial_isa = SDPA_ISA_AUTO;
 /* What sdpa_set_isa forced; SDPA_ISA_AUTO = use initial_isa. */
 static _Atomic int forced_isa = SDPA_ISA_AUTO;
+/* SDPA_ISA named an ISA: the process-wide choice is the user's, for every mode. */
+static int env_forced;
 
 /* The row of isa among the built registry (init's own lookups: no ensure_init). */
 static const sdpa_isa_info *find(sdpa_isa isa) {
@@ -329,6 +334,7 @@ static void init(void) {
             initial_isa = SDPA_ISA_AUTO;
         } else {
             initial_isa = want;
+            env_forced = 1;
         }
     }
     const char *verbose = getenv("SDPA_VERBOSE");
@@ -385,10 +391,23 @@ sdpa_status sdpa_set_isa(sdpa_isa isa) {
     return SDPA_OK;
 }
 
-const sdpa_kernels *sdpa_dispatch_table(sdpa_isa isa) {
+const sdpa_kernels *sdpa_dispatch_table(sdpa_isa isa, int compute) {
     ensure_init();
-    if (isa == SDPA_ISA_AUTO)
+    const unsigned want = 1u << compute;
+    if (isa == SDPA_ISA_AUTO) {
         isa = sdpa_get_isa();
+        /* the automatic choice for a mode its best table lacks: the best that has it,
+         * but never the scalar emulation in place of a SIMD table (that would be a
+         * silent slowdown of orders of magnitude; ask for it by name instead) */
+        const sdpa_isa_info *r = find(isa);
+        if (atomic_load(&forced_isa) == SDPA_ISA_AUTO && !env_forced && r && !(r->computes & want))
+            for (int i = 0; i < ninfos; i++)
+                if (infos[i].usable && (infos[i].computes & want) &&
+                    infos[i].isa != SDPA_ISA_SCALAR) {
+                    isa = infos[i].isa;
+                    break;
+                }
+    }
     const sdpa_isa_info *r = sdpa_isa_lookup(isa);
-    return r && r->usable ? r->kernels : NULL;
+    return r && r->usable && (r->computes & want) ? r->kernels : NULL;
 }

@@ -24,6 +24,7 @@ typedef struct sdpa_problem {
     int causal;     /* sdpa_causal */
     int num_threads;
     int isa;
+    int compute;    /* sdpa_compute */
     const void *q, *k, *v;
     void *o;
     float *lse;
@@ -155,9 +156,11 @@ static inline void sdpa_row_range(const sdpa_problem *p, const sdpa_seq *s, int6
     *hi = e < 0 ? 0 : e;
 }
 
-/* The table for a call: the forced ISA if isa != 0, else the process-wide one. Returns
- * NULL when that ISA is not usable (the status to report is SDPA_ERR_UNSUPPORTED_ISA). */
-const sdpa_kernels *sdpa_dispatch_table(sdpa_isa isa);
+/* The table for a call computing in mode `compute` (sdpa_compute): the forced ISA if
+ * isa != 0, else the process-wide one (or, when that lacks the mode and nobody forced
+ * it, the best usable SIMD table that has it). Returns NULL when that ISA is not usable
+ * or does not compute the mode (the status to report is SDPA_ERR_UNSUPPORTED_ISA). */
+const sdpa_kernels *sdpa_dispatch_table(sdpa_isa isa, int compute);
 
 /* One row of the ISA registry (dispatch.c). */
 typedef struct sdpa_isa_info {
@@ -166,6 +169,7 @@ typedef struct sdpa_isa_info {
     const sdpa_kernels *kernels;  /* its composed table; NULL when not built in (or
                                      incomplete) */
     int usable;                   /* built in and runnable on this CPU and OS */
+    unsigned computes;            /* the sdpa_compute modes it computes (bit per value) */
 } sdpa_isa_info;
 
 /* Every ISA the library knows, in order of preference (the automatic choice is the first

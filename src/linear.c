@@ -211,7 +211,7 @@ sdpa_status sdpa_linear(const sdpa_linear_desc *d, const float *x, float *y) {
         return SDPA_ERR_OVERFLOW;
     if ((yl < xh && xl < yh) || (yl < wh && wl < yh) || (d->bias && yl < bh && bl < yh))
         return SDPA_ERR_OVERLAP;
-    const sdpa_kernels *kt = sdpa_dispatch_table((sdpa_isa)d->isa);
+    const sdpa_kernels *kt = sdpa_dispatch_table((sdpa_isa)d->isa, SDPA_COMPUTE_F32);
     if (!kt)
         return SDPA_ERR_UNSUPPORTED_ISA;
     return sdpa_linear_with(kt, M, N, K, x, ldx, d->weight, ldw, d->bias, y, ldy, d->num_threads,

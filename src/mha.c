@@ -164,7 +164,7 @@ sdpa_status sdpa_mha_forward(const sdpa_mha_desc *d, const float *x, const float
     st = sdpa_validate(&a, &tq, &tk, &tv, &tc, lse, &p);
     if (st == SDPA_OK && weights)
         st = sdpa_validate_weights(&a, &tq, &tk, lse, weights, &pw);
-    if (st == SDPA_OK && !(kt = sdpa_dispatch_table((sdpa_isa)a.isa)))
+    if (st == SDPA_OK && !(kt = sdpa_dispatch_table((sdpa_isa)a.isa, a.compute)))
         st = SDPA_ERR_UNSUPPORTED_ISA;
     if (st != SDPA_OK) {
         sdpa_free(own);

@@ -258,7 +258,7 @@ sdpa_status sdpa_plan_create(const sdpa_desc *desc, const sdpa_tensor *q, const 
     sdpa_status st = sdpa_validate(desc, q, k, v, o, lse, &p);
     if (st != SDPA_OK)
         return st;
-    const sdpa_kernels *kt = sdpa_dispatch_table((sdpa_isa)p.isa);
+    const sdpa_kernels *kt = sdpa_dispatch_table((sdpa_isa)p.isa, p.compute);
     if (!kt)
         return SDPA_ERR_UNSUPPORTED_ISA;
     plan *pl = sdpa_alloc(sizeof *pl);

@@ -9,7 +9,9 @@
  * geometry and the visible-key rule (sdpa_sequence, sdpa_row_range) with the fused
  * path, never a kernel, so a bug in the kernels cannot hide in both. 16-bit operands are
  * widened exactly (kernels/convert.h) and a 16-bit output is rounded from fp32, as the
- * fused path rounds it.
+ * fused path rounds it. Under SDPA_COMPUTE_BF16 it applies the mode's two roundings
+ * (Q, K, V to bf16; each weight to bf16 before it multiplies V) and computes everything
+ * else exactly, so the kernels' error against it is the mode's error model (sdpa.h).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -39,6 +41,14 @@ static void store(void *row, int64_t d, sdpa_dtype t, double x) {
         ((float *)row)[d] = f;
         break;
     }
+}
+
+/* Element d of a row stored as t, as the products see it: exactly, or rounded to bf16
+ * (nearest even) under SDPA_COMPUTE_BF16. */
+static double operand(const sdpa_problem *p, const char *row, int64_t d, sdpa_dtype t) {
+    const float x = sdpa_load_as_f32(row, d, t);
+    return p->compute == SDPA_COMPUTE_BF16 ? (double)sdpa_bf16_to_f32(sdpa_f32_to_bf16(x))
+                                           : (double)x;
 }
 
 /* The mask's element (b, h, i, j): 1 and the additive term in *add when key j is kept,
@@ -115,8 +125,7 @@ sdpa_status sdpa_reference(const sdpa_desc *desc, const sdpa_tensor *q, const sd
                     const char *kj = row_ptr(p.k, p.kt, p.ks, b, hk, s.kv0 + j);
                     double dot = 0.0;
                     for (int64_t d = 0; d < p.Dk; d++)
-                        dot += (double)sdpa_load_as_f32(qi, d, p.qt) *
-                               (double)sdpa_load_as_f32(kj, d, p.kt);
+                        dot += operand(&p, qi, d, p.qt) * operand(&p, kj, d, p.kt);
                     double x = (double)p.scale * dot;
                     if (p.softcap > 0.0f)
                         x = (double)p.softcap * tanh(x / (double)p.softcap);
@@ -161,9 +170,13 @@ sdpa_status sdpa_reference(const sdpa_desc *desc, const sdpa_tensor *q, const sd
                         sdpa_dropout_words(p.dropout_seed, b, h, i, j >> 2, words);
                         wj *= words[j & 3] >= p.dropout_threshold ? (double)p.dropout_scale : 0.0;
                     }
+                    /* bf16 compute: P V multiplies the weight rounded to bf16 (the
+                     * kernels round P at their running max, this at the final one) */
+                    if (p.compute == SDPA_COMPUTE_BF16)
+                        wj = (double)sdpa_bf16_to_f32(sdpa_f32_to_bf16((float)wj));
                     const char *vj = row_ptr(p.v, p.vt, p.vs, b, hk, s.kv0 + j);
                     for (int64_t d = 0; d < p.Dv; d++)
-                        acc[d] += wj * (double)sdpa_load_as_f32(vj, d, p.vt);
+                        acc[d] += wj * operand(&p, vj, d, p.vt);
                 }
                 for (int64_t d = 0; d < p.Dv; d++)
                     store(orow, d, p.ot, acc[d] / sum);

@@ -142,7 +142,7 @@ sdpa_status sdpa_attention_weights(const sdpa_desc *desc, const sdpa_tensor *q,
     sdpa_status st = sdpa_validate_weights(desc, q, k, lse, weights, &p);
     if (st != SDPA_OK)
         return st;
-    const sdpa_kernels *kt = sdpa_dispatch_table((sdpa_isa)p.isa);
+    const sdpa_kernels *kt = sdpa_dispatch_table((sdpa_isa)p.isa, p.compute);
     if (!kt)
         return SDPA_ERR_UNSUPPORTED_ISA;
     return sdpa_weights_with(kt, &p, weights, NULL);
@@ -154,7 +154,7 @@ sdpa_status sdpa_forward(const sdpa_desc *desc, const sdpa_tensor *q, const sdpa
     sdpa_status st = sdpa_validate(desc, q, k, v, o, lse, &p);
     if (st != SDPA_OK)
         return st;
-    const sdpa_kernels *kt = sdpa_dispatch_table((sdpa_isa)p.isa);
+    const sdpa_kernels *kt = sdpa_dispatch_table((sdpa_isa)p.isa, p.compute);
     if (!kt)
         return SDPA_ERR_UNSUPPORTED_ISA;
     return sdpa_forward_with(kt, &p, desc->stats);

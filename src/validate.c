@@ -230,6 +230,8 @@ static sdpa_status validate(const sdpa_desc *desc, const sdpa_tensor *q, const s
               desc->causal == SDPA_CAUSAL_TOP_LEFT,
           SDPA_ERR_BAD_ARGUMENT);
     CHECK(desc->isa >= SDPA_ISA_AUTO && desc->isa < SDPA_ISA_COUNT_, SDPA_ERR_BAD_ARGUMENT);
+    CHECK(desc->compute == SDPA_COMPUTE_F32 || desc->compute == SDPA_COMPUTE_BF16,
+          SDPA_ERR_BAD_ARGUMENT);
     if (desc->window)
         CHECK(desc->window_left >= 0 && desc->window_left <= SDPA_MAX_DIM &&
                   desc->window_right >= 0 && desc->window_right <= SDPA_MAX_DIM,
@@ -303,6 +305,7 @@ static sdpa_status validate(const sdpa_desc *desc, const sdpa_tensor *q, const s
     p->causal = desc->causal;
     p->num_threads = desc->num_threads;
     p->isa = desc->isa;
+    p->compute = desc->compute;
     p->q = q->data;
     p->k = k->data;
     p->v = wmode ? NULL : v->data;

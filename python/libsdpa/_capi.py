@@ -147,6 +147,7 @@ class Desc(ctypes.Structure):
         ("cu_seqlens_kv", c_int64_p),
         ("dropout_p", ctypes.c_float),
         ("dropout_seed", ctypes.c_uint64),
+        ("compute", ctypes.c_int),
     ]
 
 
