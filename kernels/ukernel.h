@@ -5,10 +5,10 @@
  * This is what kernels/ and src/ agree on, nothing more. Tile functions are pure and
  * single-threaded: they read their inputs, write only their outputs, keep no state and
  * never allocate. They know nothing of batches, heads, masks, threads or the dtypes of Q
- * and O; the driver (src/sdpa.c) slices the problem into tiles and calls them.
+ * and O; the driver (src/tile.c) slices the problem into tiles and calls them.
  *
- * One block step of the online softmax (DESIGN section 4), for a tile of m query rows
- * (m <= br) against n keys (n <= bc):
+ * One block step of the online softmax (the FlashAttention-2 loop written out at the top
+ * of src/tile.c), for a tile of m query rows (m <= br) against n keys (n <= bc):
  *
  *     pack_k   Kp = layout_of_this_isa(fp32(K[j0 .. j0+n, 0 .. dk]))
  *     qk       S  = scale * Q Kp^T                      m x n, fp32
@@ -26,7 +26,7 @@
  * each row-by-key product across its vector lanes with a transposing tree (about two
  * shuffles and one add per score, whatever dk): right for the few rows of decode, where
  * the pack cost more than the QK^T it fed. The driver picks by the most rows an item of
- * the call has (src/sdpa.c, QK_ROWS_MAX, with its measurements).
+ * the call has (src/plan.c, QK_ROWS_MAX).
  *
  * Strides (ld*) are in elements of the pointed-to type. Pointers into caller memory (k,
  * v) may be aligned only to their element size and must not be read past the last
@@ -56,9 +56,9 @@
  * rows) prefetch the row this many bytes of row data ahead of the one they are on
  * (within their call), and the driver prefetches the first this-many bytes of a block's
  * V before qk_rows and of the next block's K before pv, where no kernel's own prefetch
- * reaches. One 4 KiB page: the hardware prefetchers stop at page boundaries, and 2 or
- * 8 KiB measured up to 15% (1 thread) and 30% (f16, 2 threads, 8 KiB) slower than 4 on
- * the development machine (decode-long). */
+ * reaches. One 4 KiB page: the hardware prefetchers stop at page boundaries, so the
+ * software prefetch covers the page the core reaches next; shorter and longer distances
+ * were slower (docs/PERFORMANCE.md, "Kernel measurements"). */
 #define SDPA_PREFETCH_AHEAD 4096
 
 typedef struct sdpa_kernels {
@@ -101,8 +101,9 @@ typedef struct sdpa_kernels {
     /* y[i] = exp(x[i]) for i < n, the same exp softmax uses (y may equal x; neither
      * needs any alignment, and nothing past x[n-1]/y[n-1] is touched). exp(-inf) = 0,
      * results below FLT_MIN may flush to 0, exp(x) = +inf above ~88.72, NaN stays NaN.
-     * Each table states its measured max relative error at its definition;
-     * tests/test_ukernel.c re-measures it over [-104, 89]. */
+     * The SIMD tables' exp and its measured max relative error are in kernels/exp.h (the
+     * scalar table's is libm's expf); tests/test_ukernel.c re-measures it over
+     * [-104, 89]. */
     void (*vexp)(int n, const float *x, float *y);
 } sdpa_kernels;
 

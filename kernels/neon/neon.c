@@ -13,7 +13,11 @@
  * What it is not: no FP16 arithmetic (FEAT_FP16), no BF16 instructions (BFDOT/BFMMLA,
  * FEAT_BF16), no SVE, no dot-product or matrix extensions. Those would be later optional
  * tables chosen through the HWCAP bits src/dispatch.c already reads. It is not tuned on
- * real hardware: qemu checks correctness and instruction-set coverage, never speed.
+ * real hardware: qemu checks correctness and instruction-set coverage, never speed. It
+ * is not written through kernels/x86/'s vector layer: its tiles are built on FMLA by
+ * element and lane loads (no masked loads), not on x86's broadcasts and masks. What it
+ * shares with the x86 tables is the exp (kernels/exp.h), the helpers of kernels/simd.h
+ * and the names of the same ideas (exp_vec, qkr_rows, PV_WIDE_M, prefetch_row).
  *
  * Layout of Kp (kp_align = NR = 8): keys are grouped in panels of 8; panel p holds keys
  * 8p .. 8p+7 transposed, Kp[p * 8 * dk + d * 8 + i] = K[8p + i][d], so for each d the qk
@@ -48,11 +52,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../exp.h"
+#include "../simd.h"
 #include "../ukernel.h"
-
-/* The tile helpers must be inlined with constant shapes so their small arrays of vectors
- * become registers; a call would put them on the stack. */
-#define NEON_INLINE static inline __attribute__((always_inline))
 
 enum {
     NR = 8,  /* keys per Kp panel (two vectors); kp_align */
@@ -60,13 +62,11 @@ enum {
     NACC = 16, /* accumulators per full tile */
 };
 
-static size_t elem_bytes(sdpa_dtype dt) { return dt == SDPA_F32 ? 4 : 2; }
-
 /* ---- loads and stores without masks ----------------------------------------------- */
 
 /* w (1..3) floats into lanes 0..w-1 of fill, one lane load each: nothing past p[w-1] is
  * touched. */
-NEON_INLINE float32x4_t load_part(const float *p, int w, float32x4_t fill) {
+ALWAYS_INLINE float32x4_t load_part(const float *p, int w, float32x4_t fill) {
     fill = vld1q_lane_f32(p, fill, 0);
     if (w > 1)
         fill = vld1q_lane_f32(p + 1, fill, 1);
@@ -75,7 +75,7 @@ NEON_INLINE float32x4_t load_part(const float *p, int w, float32x4_t fill) {
     return fill;
 }
 
-NEON_INLINE void store_part(float *p, float32x4_t v, int w) {
+ALWAYS_INLINE void store_part(float *p, float32x4_t v, int w) {
     vst1q_lane_f32(p, v, 0);
     if (w > 1)
         vst1q_lane_f32(p + 1, v, 1);
@@ -88,21 +88,21 @@ NEON_INLINE void store_part(float *p, float32x4_t v, int w) {
  * subnormals included, through qk_rows and pv): FCVTL for binary16 (subnormals
  * normalised; NaN payloads kept and quietened as in the Arm ARM's FPConvertNaN, with
  * Linux's default FPCR.DN = 0), a shift into the top half for bfloat16. */
-NEON_INLINE float32x4_t widen16(uint16x4_t h, sdpa_dtype dt) {
+ALWAYS_INLINE float32x4_t widen16(uint16x4_t h, sdpa_dtype dt) {
     if (dt == SDPA_F16)
         return vcvt_f32_f16(vreinterpret_f16_u16(h));
     return vreinterpretq_f32_u32(vshll_n_u16(h, 16));
 }
 
 /* Elements d .. d+3 of a row stored as dt, as fp32. */
-NEON_INLINE float32x4_t load4(const void *row, int d, sdpa_dtype dt) {
+ALWAYS_INLINE float32x4_t load4(const void *row, int d, sdpa_dtype dt) {
     if (dt == SDPA_F32)
         return vld1q_f32((const float *)row + d);
     return widen16(vld1_u16((const uint16_t *)row + d), dt);
 }
 
 /* Elements d .. d+w-1 (w = 1..3) of a row stored as dt, as fp32; other lanes 0. */
-NEON_INLINE float32x4_t load_part_dt(const void *row, int d, int w, sdpa_dtype dt) {
+ALWAYS_INLINE float32x4_t load_part_dt(const void *row, int d, int w, sdpa_dtype dt) {
     if (dt == SDPA_F32)
         return load_part((const float *)row + d, w, vdupq_n_f32(0.0f));
     const uint16_t *h = (const uint16_t *)row + d;
@@ -115,98 +115,59 @@ NEON_INLINE float32x4_t load_part_dt(const void *row, int d, int w, sdpa_dtype d
     return widen16(v, dt);
 }
 
-/* Lines [0, nb) bytes of a row of caller memory into L1 (PRFM PLDL1KEEP), ahead of its
- * use: see SDPA_PREFETCH_AHEAD. */
-NEON_INLINE void prefetch_row(const char *row, size_t nb) {
-    for (size_t b = 0; b < nb; b += 64) /* 64-byte lines */
-        __builtin_prefetch(row + b, 0, 3);
-}
-
 /* ---- exp ---------------------------------------------------------------------------
  *
- * exp(x) = 2^n exp(r), n = round(x / ln 2), r = x - n ln 2 in [-ln2/2, ln2/2] (Cody and
- * Waite, "Software Manual for the Elementary Functions", 1980, ch. 6). n ln 2 is
- * subtracted in two fused steps, ln 2 = LN2_HI + LN2_LO: with FMA the first step is one
- * rounding of the exact x - n LN2_HI, the second adds the tail, so r carries no
- * cancellation error beyond its own last bit.
- *
- * exp(r) ~ 1 + r + r^2 (C2 + C3 r + C4 r^2 + C5 r^3 + C6 r^4): the quartic is the
- * minimax approximation to (exp(r) - 1 - r) / r^2 weighted so the *relative* error of
- * exp is minimised on [-a, a], a = (ln 2 / 2)(1 + 1e-3) (a margin for r's rounding).
- * Obtained here with a Remez exchange in 50-digit arithmetic (Python mpmath 1.3): the
- * equioscillation error is 3.08e-9 (0.05 ulp), 4.39e-9 after rounding each coefficient
- * to the nearest float (the values below, in hex so they are the exact floats used).
- * Constants: LN2_HI = ln 2 rounded to float, LN2_LO = (ln 2 - LN2_HI) rounded to float,
- * LOG2E = 1/ln 2 rounded to float (all from ln 2 = 0.693147180559945309417232...).
- *
- * Scaling: 2^n is applied as 2^(n - n/2) * 2^(n/2) (two exact power-of-two floats built
- * in the exponent field), so n = 128 (x just below ln FLT_MAX, where exp(r) < 1 keeps the
- * result finite) and n = -126 with r < 0 (results just below FLT_MIN, rounded once to a
- * subnormal) need no special path.
- *
- * Ranges: x > X_HI (the float below ln FLT_MAX = 88.7228391) gives +inf; x < X_LO (the
- * float below ln FLT_MIN = -87.3365448) gives +0: every such result is below FLT_MIN, where
- * ukernel.h allows a flush, so exp(-inf) = +0 exactly and never NaN; x = NaN gives NaN
- * (every compare is false and the arithmetic propagates it).
- *
- * Measured max relative error, results >= FLT_MIN (under qemu-aarch64, whose softfloat
- * FMA is IEEE-exact like the hardware's): 8.21e-08 over [-104, 89] on the 2^20 points of
- * tests/test_ukernel.c; 8.58e-08 (1.44 * 2^-24, at x = -27.378) over every float in
- * [-87.34, 89] with |x| >= 2^-30 (6.1e8 points; below that the result is 1.0f, off by < 2^-30).
- * The contract allows 2^-20 = 9.5e-07.
+ * The algorithm of kernels/exp.h, with NEON's instructions: n rounded by FCVTNS (to
+ * nearest even, from the float product x log2 e, as AVX-512 does; saturating, and NaN
+ * gives 0, both in lanes that end as 0 or NaN anyway), the reduction and the polynomial
+ * in FMLA/FMLS, 2^n as two exact powers of two built in the exponent field: 2^n1 2^n2,
+ * n1 = n >> 1, n2 = n - n1, both in [-63, 64] for the n of any x in [EXP_LO, EXP_HI], so
+ * n = 128 (x just below ln FLT_MAX, where p(r) < 1 keeps the result finite) and results
+ * just below FLT_MIN (rounded once, by the second product) need no special path. Its
+ * error is the one exp.h gives for AVX-512, whose bits it reproduces for every input
+ * but NaN. any_x = 0 drops the clamp at EXP_HI, for softmax, whose arguments are never
+ * positive (or are NaN).
  */
-#define EXP_C2 0x1.fffffcp-2f  /* 0.49999994 */
-#define EXP_C3 0x1.555490p-3f  /* 0.16666520 */
-#define EXP_C4 0x1.5558f4p-5f  /* 0.041668393 */
-#define EXP_C5 0x1.123a6cp-7f  /* 0.0083687808 */
-#define EXP_C6 0x1.6a2352p-10f /* 0.0013814467 */
-#define EXP_LOG2E 0x1.715476p+0f
-#define EXP_LN2_HI 0x1.62e430p-1f
-#define EXP_LN2_LO -0x1.05c610p-29f
-#define EXP_X_HI 0x1.62e42ep+6f  /* 88.722832 */
-#define EXP_X_LO -0x1.5d58a0p+6f /* -87.336548 */
-
-NEON_INLINE float32x4_t exp4(float32x4_t x) {
-    const int32x4_t n = vcvtnq_s32_f32(vmulq_n_f32(x, EXP_LOG2E)); /* saturates; NaN -> 0 */
+ALWAYS_INLINE float32x4_t exp_vec(float32x4_t x, const int any_x) {
+    const uint32x4_t dead = vcltq_f32(x, vdupq_n_f32(EXP_LO)); /* false for NaN */
+    if (any_x)
+        x = vminq_f32(vdupq_n_f32(EXP_HI), x); /* FMIN returns NaN when x is NaN */
+    const int32x4_t n = vcvtnq_s32_f32(vmulq_n_f32(x, LOG2E));
     const float32x4_t nf = vcvtq_f32_s32(n);
-    float32x4_t r = vfmsq_f32(x, nf, vdupq_n_f32(EXP_LN2_HI));
-    r = vfmsq_f32(r, nf, vdupq_n_f32(EXP_LN2_LO));
-    const float32x4_t r2 = vmulq_f32(r, r);
-    float32x4_t q = vfmaq_f32(vdupq_n_f32(EXP_C5), r, vdupq_n_f32(EXP_C6));
-    q = vfmaq_f32(vdupq_n_f32(EXP_C4), r, q);
-    q = vfmaq_f32(vdupq_n_f32(EXP_C3), r, q);
-    q = vfmaq_f32(vdupq_n_f32(EXP_C2), r, q);
-    const float32x4_t p = vaddq_f32(vfmaq_f32(r, r2, q), vdupq_n_f32(1.0f));
-    /* 2^n1 * 2^n2, n1 = n >> 1, n2 = n - n1: both in [-63, 64] for the n of any x in
-     * [X_LO, X_HI]; lanes outside are replaced below, whatever their bits here. */
+    float32x4_t r = vfmsq_f32(x, nf, vdupq_n_f32(LN2_HI));
+    r = vfmsq_f32(r, nf, vdupq_n_f32(LN2_LO));
+    float32x4_t p = vdupq_n_f32(EXP_C6);
+    p = vfmaq_f32(vdupq_n_f32(EXP_C5), p, r);
+    p = vfmaq_f32(vdupq_n_f32(EXP_C4), p, r);
+    p = vfmaq_f32(vdupq_n_f32(EXP_C3), p, r);
+    p = vfmaq_f32(vdupq_n_f32(EXP_C2), p, r);
+    p = vfmaq_f32(vdupq_n_f32(1.0f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(1.0f), p, r);
     const int32x4_t n1 = vshrq_n_s32(n, 1), n2 = vsubq_s32(n, n1);
-    const float32x4_t s1 =
-        vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(n1, vdupq_n_s32(127)), 23));
-    const float32x4_t s2 =
-        vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(n2, vdupq_n_s32(127)), 23));
-    float32x4_t y = vmulq_f32(vmulq_f32(p, s1), s2);
-    y = vbslq_f32(vcgtq_f32(x, vdupq_n_f32(EXP_X_HI)), vdupq_n_f32(INFINITY), y);
-    y = vbslq_f32(vcltq_f32(x, vdupq_n_f32(EXP_X_LO)), vdupq_n_f32(0.0f), y);
-    return y;
+    const int32x4_t bias = vdupq_n_s32(127); /* 2^k is the float with exponent field k + 127 */
+    const float32x4_t s1 = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(n1, bias), 23));
+    const float32x4_t s2 = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(n2, bias), 23));
+    const float32x4_t y = vmulq_f32(vmulq_f32(p, s1), s2);
+    return vreinterpretq_f32_u32(vbicq_u32(vreinterpretq_u32_f32(y), dead));
 }
 
 static void neon_vexp(int n, const float *x, float *y) {
     int i = 0;
     for (; i + 8 <= n; i += 8) {
         const float32x4_t a = vld1q_f32(x + i), b = vld1q_f32(x + i + 4);
-        vst1q_f32(y + i, exp4(a));
-        vst1q_f32(y + i + 4, exp4(b));
+        vst1q_f32(y + i, exp_vec(a, 1));
+        vst1q_f32(y + i + 4, exp_vec(b, 1));
     }
     for (; i + 4 <= n; i += 4)
-        vst1q_f32(y + i, exp4(vld1q_f32(x + i)));
+        vst1q_f32(y + i, exp_vec(vld1q_f32(x + i), 1));
     if (i < n)
-        store_part(y + i, exp4(load_part(x + i, n - i, vdupq_n_f32(0.0f))), n - i);
+        store_part(y + i, exp_vec(load_part(x + i, n - i, vdupq_n_f32(0.0f)), 1), n - i);
 }
 
 /* ---- pack_k ------------------------------------------------------------------------ */
 
 /* 4x4 transpose: on return a[i] holds lane i of the inputs a[0..3]. */
-NEON_INLINE void transpose4(float32x4_t a[4]) {
+ALWAYS_INLINE void transpose4(float32x4_t a[4]) {
     const float32x4_t t0 = vtrn1q_f32(a[0], a[1]), t1 = vtrn2q_f32(a[0], a[1]);
     const float32x4_t t2 = vtrn1q_f32(a[2], a[3]), t3 = vtrn2q_f32(a[2], a[3]);
     a[0] = vreinterpretq_f32_f64(vtrn1q_f64(vreinterpretq_f64_f32(t0), vreinterpretq_f64_f32(t2)));
@@ -217,8 +178,8 @@ NEON_INLINE void transpose4(float32x4_t a[4]) {
 
 /* One panel: keys rows[0 .. nk) (nk <= 8; the rest packed as zeros), 4 d at a time as two
  * 4x4 transposes; the last dk % 4 columns through lane loads. */
-NEON_INLINE void pack_k_panel(const int nk, int dk, const char *k0, size_t row_bytes,
-                              sdpa_dtype dt, float *panel) {
+ALWAYS_INLINE void pack_k_panel(const int nk, int dk, const char *k0, size_t row_bytes,
+                                sdpa_dtype dt, float *panel) {
     const char *rows[NR];
     for (int i = 0; i < NR; i++)
         rows[i] = k0 + (size_t)(i < nk ? i : 0) * row_bytes;
@@ -238,8 +199,8 @@ NEON_INLINE void pack_k_panel(const int nk, int dk, const char *k0, size_t row_b
     }
 }
 
-NEON_INLINE void pack_k_dt(int n, int dk, const void *k, int64_t ldk, sdpa_dtype dt,
-                           float *kp) {
+ALWAYS_INLINE void pack_k_dt(int n, int dk, const void *k, int64_t ldk, sdpa_dtype dt,
+                             float *kp) {
     const size_t row_bytes = (size_t)ldk * elem_bytes(dt);
     int j = 0;
     for (; j + NR <= n; j += NR) /* full panels: a constant nk drops the zero-key checks */
@@ -253,15 +214,9 @@ NEON_INLINE void pack_k_dt(int n, int dk, const void *k, int64_t ldk, sdpa_dtype
 static void neon_pack_k(int n, int dk, const void *k, int64_t ldk, sdpa_dtype dt,
                         float *kp) {
     switch (dt) {
-    case SDPA_F16:
-        pack_k_dt(n, dk, k, ldk, SDPA_F16, kp);
-        break;
-    case SDPA_BF16:
-        pack_k_dt(n, dk, k, ldk, SDPA_BF16, kp);
-        break;
-    case SDPA_F32:
-        pack_k_dt(n, dk, k, ldk, SDPA_F32, kp);
-        break;
+    case SDPA_F16: pack_k_dt(n, dk, k, ldk, SDPA_F16, kp); break;
+    case SDPA_BF16: pack_k_dt(n, dk, k, ldk, SDPA_BF16, kp); break;
+    case SDPA_F32: pack_k_dt(n, dk, k, ldk, SDPA_F32, kp); break;
     }
 }
 
@@ -282,8 +237,8 @@ static void neon_pack_k(int n, int dk, const void *k, int64_t ldk, sdpa_dtype dt
         }                                                                                     \
     }
 
-NEON_INLINE void qk_tile(const int mr, const int npan, int dk, float scale, const float *q,
-                         int ldq, const float *kp, float *s, int lds) {
+ALWAYS_INLINE void qk_tile(const int mr, const int npan, int dk, float scale, const float *q,
+                           int ldq, const float *kp, float *s, int lds) {
     const size_t pstride = (size_t)NR * (size_t)dk;
     float32x4_t acc[NACC];
     _Pragma("GCC unroll 16") for (int a = 0; a < mr * 2 * npan; a++) acc[a] = vdupq_n_f32(0.0f);
@@ -315,8 +270,8 @@ NEON_INLINE void qk_tile(const int mr, const int npan, int dk, float scale, cons
 }
 
 /* All panels for mr rows: npan panels per tile, the remaining panels one at a time. */
-NEON_INLINE void qk_rows(const int mr, const int npan, int np, int dk, float scale,
-                         const float *q, int ldq, const float *kp, float *s, int lds) {
+ALWAYS_INLINE void qk_panels(const int mr, const int npan, int np, int dk, float scale,
+                             const float *q, int ldq, const float *kp, float *s, int lds) {
     const size_t pstride = (size_t)NR * (size_t)dk;
     int p = 0;
     for (; p + npan <= np; p += npan)
@@ -330,21 +285,21 @@ static void neon_qk(int m, int n, int dk, float scale, const float *q, int ldq,
     const int np = (n + NR - 1) / NR;
     int r = 0;
     for (; r + 8 <= m; r += 8)
-        qk_rows(8, 1, np, dk, scale, q + (size_t)r * (size_t)ldq, ldq, kp,
-                s + (size_t)r * (size_t)lds, lds);
+        qk_panels(8, 1, np, dk, scale, q + (size_t)r * (size_t)ldq, ldq, kp,
+                  s + (size_t)r * (size_t)lds, lds);
     if (m - r >= 4) {
-        qk_rows(4, 2, np, dk, scale, q + (size_t)r * (size_t)ldq, ldq, kp,
-                s + (size_t)r * (size_t)lds, lds);
+        qk_panels(4, 2, np, dk, scale, q + (size_t)r * (size_t)ldq, ldq, kp,
+                  s + (size_t)r * (size_t)lds, lds);
         r += 4;
     }
     if (m - r >= 2) {
-        qk_rows(2, 4, np, dk, scale, q + (size_t)r * (size_t)ldq, ldq, kp,
-                s + (size_t)r * (size_t)lds, lds);
+        qk_panels(2, 4, np, dk, scale, q + (size_t)r * (size_t)ldq, ldq, kp,
+                  s + (size_t)r * (size_t)lds, lds);
         r += 2;
     }
     if (m - r >= 1)
-        qk_rows(1, 4, np, dk, scale, q + (size_t)r * (size_t)ldq, ldq, kp,
-                s + (size_t)r * (size_t)lds, lds);
+        qk_panels(1, 4, np, dk, scale, q + (size_t)r * (size_t)ldq, ldq, kp,
+                  s + (size_t)r * (size_t)lds, lds);
 }
 
 /* ---- qk_rows --------------------------------------------------------------------------
@@ -356,15 +311,15 @@ static void neon_qk(int m, int n, int dk, float scale, const float *q, int ldq,
  * each, the same tree for every lane), which is four consecutive keys of one row, since
  * J >= 4: no transposes. K is read key by key, each row from its start to its end, the
  * order hardware prefetchers follow, and the group's rows SDPA_PREFETCH_AHEAD bytes ahead
- * are prefetched (kernels/avx512 measures why); the accumulator chains of a group are
- * independent, so the core overlaps consecutive keys. A row's accumulation order does
- * not depend on R or on the other rows.
+ * are prefetched (why: docs/PERFORMANCE.md, "Kernel measurements"); the accumulator
+ * chains of a group are independent, so the core overlaps consecutive keys. A row's
+ * accumulation order does not depend on R or on the other rows.
  * Register budget: 16 accumulators + R Q slices (read per slice: R <= 4) + 1 K slice of
  * 32 V registers. Keys past n are not read (their accumulators stay zero) and their
  * scores not stored; the last dk % 4 columns go through lane loads.
  */
-NEON_INLINE void qkr_key(const int R, const int J, sdpa_dtype dt, int jj, int dk,
-                         const float *q, int ldq, const char *kr, float32x4_t acc[16]) {
+ALWAYS_INLINE void qkr_key(const int R, const int J, sdpa_dtype dt, int jj, int dk,
+                           const float *q, int ldq, const char *kr, float32x4_t acc[16]) {
     int d = 0;
     for (; d + 4 <= dk; d += 4) {
         const float32x4_t kv = load4(kr, d, dt);
@@ -382,9 +337,9 @@ NEON_INLINE void qkr_key(const int R, const int J, sdpa_dtype dt, int jj, int dk
 }
 
 /* Keys [0, nk) of one group (nk <= J; FULL: nk == J, no key checks). */
-NEON_INLINE void qkr_group(const int R, const int FULL, sdpa_dtype dt, int nk, int dk,
-                           float scale, const float *q, int ldq, const char *k, size_t ldkb,
-                           float *s, int lds) {
+ALWAYS_INLINE void qkr_group(const int R, const int FULL, sdpa_dtype dt, int nk, int dk,
+                             float scale, const float *q, int ldq, const char *k, size_t ldkb,
+                             float *s, int lds) {
     const int J = 16 / R;
     float32x4_t acc[16];
     _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) acc[i] = vdupq_n_f32(0.0f);
@@ -406,9 +361,9 @@ NEON_INLINE void qkr_group(const int R, const int FULL, sdpa_dtype dt, int nk, i
     }
 }
 
-NEON_INLINE void qkr_rows(const int R, sdpa_dtype dt, int n, int dk, float scale,
-                          const float *q, int ldq, const void *k, int64_t ldk, float *s,
-                          int lds) {
+ALWAYS_INLINE void qkr_rows(const int R, sdpa_dtype dt, int n, int dk, float scale,
+                            const float *q, int ldq, const void *k, int64_t ldk, float *s,
+                            int lds) {
     const int J = 16 / R;
     const size_t ldkb = (size_t)ldk * elem_bytes(dt), rowb = (size_t)dk * elem_bytes(dt);
     const int ahead = (int)(SDPA_PREFETCH_AHEAD / rowb) + 1;
@@ -425,8 +380,8 @@ NEON_INLINE void qkr_rows(const int R, sdpa_dtype dt, int n, int dk, float scale
 }
 
 /* Rows in tiles of 4, then 2, then 1; one instantiation per storage type. */
-NEON_INLINE void qk_rows_dt(sdpa_dtype dt, int m, int n, int dk, float scale, const float *q,
-                            int ldq, const void *k, int64_t ldk, float *s, int lds) {
+ALWAYS_INLINE void qk_rows_dt(sdpa_dtype dt, int m, int n, int dk, float scale, const float *q,
+                              int ldq, const void *k, int64_t ldk, float *s, int lds) {
     int r = 0;
     for (; r + 4 <= m; r += 4)
         qkr_rows(4, dt, n, dk, scale, q + (size_t)r * (size_t)ldq, ldq, k, ldk,
@@ -444,15 +399,9 @@ NEON_INLINE void qk_rows_dt(sdpa_dtype dt, int m, int n, int dk, float scale, co
 static void neon_qk_rows(int m, int n, int dk, float scale, const float *q, int ldq,
                          const void *k, int64_t ldk, sdpa_dtype dt, float *s, int lds) {
     switch (dt) {
-    case SDPA_F16:
-        qk_rows_dt(SDPA_F16, m, n, dk, scale, q, ldq, k, ldk, s, lds);
-        break;
-    case SDPA_BF16:
-        qk_rows_dt(SDPA_BF16, m, n, dk, scale, q, ldq, k, ldk, s, lds);
-        break;
-    case SDPA_F32:
-        qk_rows_dt(SDPA_F32, m, n, dk, scale, q, ldq, k, ldk, s, lds);
-        break;
+    case SDPA_F16: qk_rows_dt(SDPA_F16, m, n, dk, scale, q, ldq, k, ldk, s, lds); break;
+    case SDPA_BF16: qk_rows_dt(SDPA_BF16, m, n, dk, scale, q, ldq, k, ldk, s, lds); break;
+    case SDPA_F32: qk_rows_dt(SDPA_F32, m, n, dk, scale, q, ldq, k, ldk, s, lds); break;
     }
 }
 
@@ -462,7 +411,7 @@ static void neon_qk_rows(int m, int n, int dk, float scale, const float *q, int 
  * quiet NaN like the scalar table's `>` does; a NaN score still reaches l_run through
  * exp(NaN) = NaN. Lanes past n are never read as scores: the tail is lane-loaded over a
  * -inf fill (exp gives 0 there) and lane-stored. */
-NEON_INLINE void softmax_row(int n, float *sr, float *m_run, float *l_run, float *alpha) {
+ALWAYS_INLINE void softmax_row(int n, float *sr, float *m_run, float *l_run, float *alpha) {
     const float32x4_t ninf = vdupq_n_f32(-INFINITY);
     float32x4_t vm0 = ninf, vm1 = ninf;
     int j = 0;
@@ -483,25 +432,25 @@ NEON_INLINE void softmax_row(int n, float *sr, float *m_run, float *l_run, float
     float32x4_t sum0 = vdupq_n_f32(0.0f), sum1 = vdupq_n_f32(0.0f);
     j = 0;
     for (; j + 8 <= n; j += 8) {
-        const float32x4_t p0 = exp4(vsubq_f32(vld1q_f32(sr + j), vmu));
-        const float32x4_t p1 = exp4(vsubq_f32(vld1q_f32(sr + j + 4), vmu));
+        const float32x4_t p0 = exp_vec(vsubq_f32(vld1q_f32(sr + j), vmu), 0);
+        const float32x4_t p1 = exp_vec(vsubq_f32(vld1q_f32(sr + j + 4), vmu), 0);
         vst1q_f32(sr + j, p0);
         vst1q_f32(sr + j + 4, p1);
         sum0 = vaddq_f32(sum0, p0);
         sum1 = vaddq_f32(sum1, p1);
     }
     for (; j + 4 <= n; j += 4) {
-        const float32x4_t p0 = exp4(vsubq_f32(vld1q_f32(sr + j), vmu));
+        const float32x4_t p0 = exp_vec(vsubq_f32(vld1q_f32(sr + j), vmu), 0);
         vst1q_f32(sr + j, p0);
         sum0 = vaddq_f32(sum0, p0);
     }
     if (w > 0) {
-        const float32x4_t p1 = exp4(vsubq_f32(load_part(sr + j, w, ninf), vmu));
+        const float32x4_t p1 = exp_vec(vsubq_f32(load_part(sr + j, w, ninf), vmu), 0);
         store_part(sr + j, p1, w);
         sum1 = vaddq_f32(sum1, p1);
     }
     const float sum = vaddvq_f32(vaddq_f32(sum0, sum1));
-    const float a = vgetq_lane_f32(exp4(vdupq_n_f32(*m_run - mu)), 0);
+    const float a = vgetq_lane_f32(exp_vec(vdupq_n_f32(*m_run - mu), 0), 0);
     *alpha = a;
     *l_run = a * *l_run + sum;
     *m_run = mx;
@@ -524,7 +473,7 @@ static void neon_softmax(int m, int n, float *s, int lds, float *m_run, float *l
  * streams from DRAM; the first tile only) the pfb bytes of the rows pf keys ahead, within
  * the call, are prefetched: whole rows, so the other tiles find them in cache.
  */
-NEON_INLINE float32x4_t load_v(const char *vr, int c, const int w, sdpa_dtype dt) {
+ALWAYS_INLINE float32x4_t load_v(const char *vr, int c, const int w, sdpa_dtype dt) {
     return w ? load_part_dt(vr, c, w, dt) : load4(vr, c, dt);
 }
 
@@ -538,9 +487,9 @@ NEON_INLINE float32x4_t load_v(const char *vr, int c, const int w, sdpa_dtype dt
         }                                                                                     \
     }
 
-NEON_INLINE void pv_tile(const int mr, const int nv, const int w, sdpa_dtype dt, int n,
-                         const float *p, int ldp, const char *v, size_t ldvb, const float *alpha,
-                         float *o, int ldo, int pf, size_t pfb) {
+ALWAYS_INLINE void pv_tile(const int mr, const int nv, const int w, sdpa_dtype dt, int n,
+                           const float *p, int ldp, const char *v, size_t ldvb, const float *alpha,
+                           float *o, int ldo, int pf, size_t pfb) {
     float32x4_t acc[NACC];
     _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {
         const float32x4_t a = vdupq_n_f32(alpha ? alpha[r] : 1.0f);
@@ -582,9 +531,9 @@ NEON_INLINE void pv_tile(const int mr, const int nv, const int w, sdpa_dtype dt,
 
 /* All dv columns for mr rows: nv vectors per tile, then single vectors, then the partial
  * one; the first tile prefetches (pf, pfb: see pv_tile). */
-NEON_INLINE void pv_rows(const int mr, const int nv, sdpa_dtype dt, int n, int dv,
-                         const float *p, int ldp, const char *v, size_t ldvb,
-                         const float *alpha, float *o, int ldo, int pf) {
+ALWAYS_INLINE void pv_rows(const int mr, const int nv, sdpa_dtype dt, int n, int dv,
+                           const float *p, int ldp, const char *v, size_t ldvb,
+                           const float *alpha, float *o, int ldo, int pf) {
     const size_t es = elem_bytes(dt), pfb = (size_t)dv * es;
     int c = 0;
     for (; c + 4 * nv <= dv; c += 4 * nv)
@@ -613,15 +562,15 @@ NEON_INLINE void pv_rows(const int mr, const int nv, sdpa_dtype dt, int n, int d
 
 /* Rows up to which pv works like decode (prefetching whole V rows ahead in its first
  * tile): a GQA group of 8. */
-#define PV_DECODE_M 8
+#define PV_WIDE_M 8
 
 /* Rows in tiles of 8, 4, 2, 1; one instantiation per storage type. */
-NEON_INLINE void pv_dt(sdpa_dtype dt, int m, int n, int dv, const float *p, int ldp,
-                       const void *v, int64_t ldv, const float *alpha, float *o, int ldo) {
+ALWAYS_INLINE void pv_dt(sdpa_dtype dt, int m, int n, int dv, const float *p, int ldp,
+                         const void *v, int64_t ldv, const float *alpha, float *o, int ldo) {
     const char *vc = (const char *)v;
     const size_t ldvb = (size_t)ldv * elem_bytes(dt);
     const int pf =
-        m <= PV_DECODE_M ? (int)(SDPA_PREFETCH_AHEAD / ((size_t)dv * elem_bytes(dt))) + 1 : 0;
+        m <= PV_WIDE_M ? (int)(SDPA_PREFETCH_AHEAD / ((size_t)dv * elem_bytes(dt))) + 1 : 0;
     int r = 0;
     for (; r + 8 <= m; r += 8)
         pv_rows(8, 2, dt, n, dv, p + (size_t)r * (size_t)ldp, ldp, vc, ldvb,
@@ -644,30 +593,16 @@ NEON_INLINE void pv_dt(sdpa_dtype dt, int m, int n, int dv, const float *p, int 
 static void neon_pv(int m, int n, int dv, const float *p, int ldp, const void *v,
                     int64_t ldv, sdpa_dtype dt, const float *alpha, float *o, int ldo) {
     switch (dt) {
-    case SDPA_F16:
-        pv_dt(SDPA_F16, m, n, dv, p, ldp, v, ldv, alpha, o, ldo);
-        break;
-    case SDPA_BF16:
-        pv_dt(SDPA_BF16, m, n, dv, p, ldp, v, ldv, alpha, o, ldo);
-        break;
-    case SDPA_F32:
-        pv_dt(SDPA_F32, m, n, dv, p, ldp, v, ldv, alpha, o, ldo);
-        break;
+    case SDPA_F16: pv_dt(SDPA_F16, m, n, dv, p, ldp, v, ldv, alpha, o, ldo); break;
+    case SDPA_BF16: pv_dt(SDPA_BF16, m, n, dv, p, ldp, v, ldv, alpha, o, ldo); break;
+    case SDPA_F32: pv_dt(SDPA_F32, m, n, dv, p, ldp, v, ldv, alpha, o, ldo); break;
     }
 }
 
 _Static_assert(SDPA_KERNELS_NFUNCS == 6, "the neon table must provide every tile function");
 
 const sdpa_kernels sdpa_kernels_neon = {
-    .isa = SDPA_ISA_NEON,
-    .name = "neon",
-    .br = 32,
-    .bc = 64,
-    .kp_align = NR,
-    .pack_k = neon_pack_k,
-    .qk = neon_qk,
-    .qk_rows = neon_qk_rows,
-    .softmax = neon_softmax,
-    .pv = neon_pv,
-    .vexp = neon_vexp,
+    .isa = SDPA_ISA_NEON, .name = "neon", .br = 32, .bc = 64, .kp_align = NR,
+    .pack_k = neon_pack_k, .qk = neon_qk, .qk_rows = neon_qk_rows,
+    .softmax = neon_softmax, .pv = neon_pv, .vexp = neon_vexp,
 };

@@ -117,15 +117,7 @@ static void scalar_vexp(int n, const float *x, float *y) {
 _Static_assert(SDPA_KERNELS_NFUNCS == 6, "the scalar table must provide every tile function");
 
 const sdpa_kernels sdpa_kernels_scalar = {
-    .isa = SDPA_ISA_SCALAR,
-    .name = "scalar",
-    .br = 32,
-    .bc = 64,
-    .kp_align = 1,
-    .pack_k = scalar_pack_k,
-    .qk = scalar_qk,
-    .qk_rows = scalar_qk_rows,
-    .softmax = scalar_softmax,
-    .pv = scalar_pv,
-    .vexp = scalar_vexp,
+    .isa = SDPA_ISA_SCALAR, .name = "scalar", .br = 32, .bc = 64, .kp_align = 1,
+    .pack_k = scalar_pack_k, .qk = scalar_qk, .qk_rows = scalar_qk_rows,
+    .softmax = scalar_softmax, .pv = scalar_pv, .vexp = scalar_vexp,
 };

@@ -1,0 +1,49 @@
+/*
+ * simd.h - the few helpers every SIMD kernel table shares (x86 and NEON): forced
+ * inlining, full unrolling, the byte size of a storage type, prefetching a row of caller
+ * memory ahead of its use.
+ *
+ * It holds no instruction of any ISA (only compiler builtins every target has), so a
+ * table file may include it whatever its flags. It is not a vector layer: vectors,
+ * loads, masks and the exp live in kernels/x86/ (vec_*.h, tiles.h) and in
+ * kernels/neon/neon.c.
+ */
+#ifndef SDPA_SIMD_H
+#define SDPA_SIMD_H
+
+#include <stddef.h>
+
+#include "sdpa.h"
+
+/* The tile functions are written once with compile-time row/vector counts and
+ * instantiated per count; forcing the inlining is what turns their small arrays of
+ * vectors (accumulators, loaded rows) into registers: a call would put them on the stack. */
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+/* Full unrolling for loops whose count is a compile-time constant once a tile is
+ * instantiated (rows, vectors, transposes), so arrays of vectors become registers; gcc
+ * and clang spell it differently. gcc takes a bound: 32 covers the longest such loop (a
+ * register tile's 24 accumulators). */
+#if defined(__clang__)
+#define UNROLL_FULL _Pragma("clang loop unroll(full)")
+#else
+#define UNROLL_FULL _Pragma("GCC unroll 32")
+#endif
+
+static inline int min_int(int a, int b) { return a < b ? a : b; }
+
+/* Bytes of one element of a storage type (validate.c admits only these three). */
+static inline size_t elem_bytes(sdpa_dtype dt) { return dt == SDPA_F32 ? 4 : 2; }
+
+/* Lines [0, nb) bytes of a row of caller memory into L1 (x86 prefetcht0, Arm PRFM
+ * PLDL1KEEP), ahead of its use: see SDPA_PREFETCH_AHEAD in ukernel.h. L1, because
+ * prefetching into L2 or non-temporally was slower in decode; unrolled (in full where nb
+ * is a constant), because a loop around each prefetch was slower in decode, where the
+ * prefetches are what the loads wait on (docs/PERFORMANCE.md, "Kernel measurements"). */
+ALWAYS_INLINE void prefetch_row(const char *row, size_t nb) {
+    _Pragma("GCC unroll 16")
+    for (size_t b = 0; b < nb; b += 64) /* 64-byte lines */
+        __builtin_prefetch(row + b, 0, 3);
+}
+
+#endif /* SDPA_SIMD_H */

@@ -1,0 +1,706 @@
+/*
+ * tiles.h - the x86 tile functions, written once for every x86 vector width: pack_k, the
+ * qk and qk_rows register tiles, softmax, the pv register tiles and pv's chunking, the
+ * vector exp, and their helpers (widening loads, the transpose, the reduction trees).
+ * kernels/avx2/avx2.c and kernels/avx512/avx512.c each compile it with their own -m
+ * flags, after their vector layer (kernels/x86/vec_avx2.h, vec_avx512.h), and build
+ * their table from what it defines.
+ *
+ * It is not a header in the usual sense: it defines functions, is included once per ISA
+ * file and never on its own, and names no instruction. Everything it needs of the ISA
+ * comes from the vector layer (the vector vf of VL floats, loads and stores with masked
+ * tails, 16-bit widening, shuffles, the ISA steps of the exp). The including file
+ * defines, before the #include, pv's chunking constants PV_CMAX, PV_WIDE_CMAX and
+ * PV_PF_WHOLE_ROWS, qk_rows' rows per pass QKR_MR and the UNROLL_BC pragma, and after it
+ * `pv_chunk`, its choice of pv register tile for each chunk width. The meaning of each
+ * function is the contract of kernels/ukernel.h (the same as kernels/scalar/scalar.c,
+ * not the same bits: FMA contraction, this exp, another summation order); it knows
+ * nothing of masks, heads or threads. Every tail (keys, rows, head dims not multiples of
+ * VL or of a register tile) runs through the same vector code with masked loads and
+ * stores, so nothing outside the caller's rows or the contract's scratch regions is
+ * touched.
+ *
+ * Names. A register tile is named by its shape in rows x vectors, a vector being VL
+ * floats (16 on AVX-512, 8 on AVX2): qk_12x2v is 12 query rows by 2 vectors of keys,
+ * pv_6x4v 6 rows by 4 vectors of Dv columns, qkr_8rows 8 rows of qk_rows. Each is its
+ * own function with its register budget in its comment; an ISA uses the ones that fit
+ * its register file (AVX-512: 32 vectors, qk_12x2v; AVX2: 16, qk_6x2v), named by its
+ * table, its QKR_MR or its pv_chunk. Inside a tile function, a switch over constants
+ * (the rows left, the storage type) inlines the always-inline template with constant
+ * counts, so the accumulator arrays become registers; each switch's default cannot be
+ * reached, by the construction its comment gives, and an arm for more rows than the
+ * tile has is an empty instance.
+ *
+ * Kp layout (pack_k, read by qk): keys padded to a multiple of VL (kp_align = VL), cut
+ * into strips of 2 VL keys, the last strip VL wide when the padded count is an odd
+ * number of VLs. A strip starting at key j0 of width W lives at kp + j0 * dk as [d][W]:
+ * at every d, its W keys are contiguous, so qk streams one or two whole vectors per d
+ * and broadcasts Q.
+ */
+#ifndef SDPA_VEC_LAYER
+#error "kernels/x86/tiles.h is compiled through an ISA file, after its vector layer"
+#endif
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* A register tile: its own function, never inlined into its caller, so its accumulators
+ * are allocated on their own and a profile shows it by name. `unused`: an ISA compiles
+ * only the tiles its table, its QKR_MR or its pv_chunk names (AVX2 has no qk_12x2v). */
+#define TILE static __attribute__((noinline, unused))
+
+/* The most rows of any qk or qk_rows tile below: the size of their accumulator arrays
+ * (the instantiated counts use a part; the rest is never touched). */
+enum { QK_ROWS_MAX = 12, QKR_ROWS_MAX = 8 };
+
+/* ---- widening loads, transpose, reduction trees ---------------------------------- */
+
+/* A vector is LANES 128-bit lanes of 4 floats; the transposes and reduction trees cross
+ * them in LANE_ROUNDS = log2 LANES rounds. */
+enum { LANES = VL / 4, LANE_ROUNDS = LANES == 4 ? 2 : 1 };
+_Static_assert(LANES == 2 || LANES == 4, "x86 vectors are 256 or 512 bits");
+
+/* The lanes t of a row stored as dt from element i, widened exactly to fp32 (lanes
+ * outside t are neither read nor faulted on: 0). */
+ALWAYS_INLINE vf load_dt(const void *row, int i, sdpa_dtype dt, vtail t) {
+    if (dt == SDPA_F16)
+        return v_widen_f16(v_load_u16((const uint16_t *)row + i, t));
+    if (dt == SDPA_BF16)
+        return v_widen_bf16(v_load_u16((const uint16_t *)row + i, t));
+    return v_load_tail((const float *)row + i, t);
+}
+
+/* In-register VL x VL transpose: r[i] holds row i; afterwards r[c] holds column c. Within
+ * each 128-bit lane, pairs of floats and then pairs of pairs, after which u[4g + c] holds
+ * in its lane l rows 4g..4g+3 of column 4l + c; then, for each c, a transpose of the
+ * LANES lanes of u[c], u[4 + c], ...: LANE_ROUNDS rounds of even and odd lanes. VL
+ * shuffles per round: 4 rounds at VL = 16, 3 at VL = 8. */
+ALWAYS_INLINE void transpose(vf r[VL]) {
+    vf t[VL], u[VL];
+    UNROLL_FULL
+    for (int i = 0; i < VL / 2; i++) {
+        t[2 * i] = v_unpacklo(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = v_unpackhi(r[2 * i], r[2 * i + 1]);
+    }
+    UNROLL_FULL
+    for (int i = 0; i < VL / 4; i++) {
+        u[4 * i + 0] = v_unpacklo2(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 1] = v_unpackhi2(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 2] = v_unpacklo2(t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i + 3] = v_unpackhi2(t[4 * i + 1], t[4 * i + 3]);
+    }
+    UNROLL_FULL
+    for (int c = 0; c < 4; c++) {
+        vf x[LANES], y[LANES];
+        UNROLL_FULL
+        for (int g = 0; g < LANES; g++)
+            x[g] = u[4 * g + c];
+        UNROLL_FULL
+        for (int round = 0; round < LANE_ROUNDS; round++) {
+            UNROLL_FULL
+            for (int i = 0; i < LANES / 2; i++) {
+                y[i] = v_lanes_even(x[2 * i], x[2 * i + 1]);
+                y[i + LANES / 2] = v_lanes_odd(x[2 * i], x[2 * i + 1]);
+            }
+            UNROLL_FULL
+            for (int g = 0; g < LANES; g++)
+                x[g] = y[g];
+        }
+        UNROLL_FULL
+        for (int l = 0; l < LANES; l++)
+            r[4 * l + c] = x[l];
+    }
+}
+
+/* a + b, or max(a, b) when is_max (a compile-time constant). */
+ALWAYS_INLINE vf combine(vf a, vf b, const int is_max) {
+    if (is_max)
+        return v_max(a, b);
+    return a + b;
+}
+
+/* v[0..VL) -> one vector whose lane i is the sum (max) of v[i]'s lanes: a transposing
+ * reduction tree, VL - 1 combining steps of two shuffles and one op for VL vectors
+ * instead of VL separate horizontal reductions. Every lane's result is the same tree
+ * over its vector's lanes ((0+2)+(1+3) within each 128-bit lane, then across the lanes
+ * pairwise), so lane i depends on v[i] alone, not on which vectors share the call
+ * (softmax's rows, qk_rows' row-by-key products). */
+ALWAYS_INLINE vf reduce_tree(const vf v[VL], const int is_max) {
+    vf a[VL / 2], b[LANES];
+    UNROLL_FULL /* lane pairs: [A0 B0 A1 B1] per 128-bit lane */
+    for (int i = 0; i < VL / 2; i++)
+        a[i] = combine(v_unpacklo(v[2 * i], v[2 * i + 1]), v_unpackhi(v[2 * i], v[2 * i + 1]),
+                       is_max);
+    UNROLL_FULL /* [A B C D] per 128-bit lane */
+    for (int i = 0; i < VL / 4; i++)
+        b[i] = combine(v_unpacklo2(a[2 * i], a[2 * i + 1]), v_unpackhi2(a[2 * i], a[2 * i + 1]),
+                       is_max);
+    /* then across the 128-bit lanes, halving the vectors each round (a constant inner
+     * bound and a test, which every gcc option set unrolls in full) */
+    UNROLL_FULL
+    for (int round = 0; round < LANE_ROUNDS; round++)
+        UNROLL_FULL
+        for (int i = 0; i < LANES / 2; i++)
+            if (i < (LANES >> round) / 2)
+                b[i] = combine(v_lanes_even(b[2 * i], b[2 * i + 1]),
+                               v_lanes_odd(b[2 * i], b[2 * i + 1]), is_max);
+    return b[0];
+}
+
+/* ---- exp ------------------------------------------------------------------------ */
+
+/* exp of VL lanes: the algorithm of kernels/exp.h, steps 1-5, with the vector layer's
+ * rounding and scaling. any_x = 0 drops the clamp at EXP_HI (and AVX2's n = 128 step),
+ * for softmax, whose arguments s - max and m_run - max are never positive (or are
+ * NaN); the results are otherwise the same. */
+ALWAYS_INLINE vf exp_vec(vf x, const int any_x) {
+    const vmask live = v_cmp_nlt(x, v_set1(EXP_LO));
+    if (any_x)
+        x = v_min(v_set1(EXP_HI), x); /* vminps returns x when x is NaN */
+    vf aux;
+    const vf n = v_exp_round(x, &aux);
+    vf r = v_fnmadd(n, v_set1(LN2_HI), x);
+    r = v_fnmadd(n, v_set1(LN2_LO), r);
+    vf p = v_set1(EXP_C6);
+    p = v_fmadd(p, r, v_set1(EXP_C5));
+    p = v_fmadd(p, r, v_set1(EXP_C4));
+    p = v_fmadd(p, r, v_set1(EXP_C3));
+    p = v_fmadd(p, r, v_set1(EXP_C2));
+    p = v_fmadd(p, r, v_set1(1.0f));
+    p = v_fmadd(p, r, v_set1(1.0f));
+    return v_exp_scale(p, n, aux, live, any_x);
+}
+
+static void x86_vexp(int n, const float *x, float *y) {
+    int i = 0;
+    for (; i + VL <= n; i += VL)
+        v_storeu(y + i, exp_vec(v_loadu(x + i), 1));
+    if (i < n) {
+        const vtail t = v_tail(n - i);
+        v_store_part(y + i, t, exp_vec(v_load_part(x + i, t), 1));
+    }
+}
+
+/* ---- pack_k --------------------------------------------------------------------- */
+
+/* One dt at a time so the conversion is hoisted out of the loops. Each VL keys x VL dims
+ * block is loaded as rows (masked past dk, zero rows past n), transposed in registers
+ * and stored as VL key-vectors: one pass over K, no scalar element moves. K comes from
+ * the caller's memory, usually L3 (a head's K and V outgrow L2 beyond ~1000 keys at
+ * D = 128) in short row-strided streams the hardware prefetcher does not pick up, so
+ * the next VL rows are prefetched while this panel is transposed. */
+ALWAYS_INLINE void pack_k_dt(int n, int dk, const void *k, int64_t ldk, sdpa_dtype dt,
+                             float *kp) {
+    const size_t es = elem_bytes(dt);
+    const int np = (n + VL - 1) & ~(VL - 1);
+    for (int j0 = 0; j0 < np; j0 += VL) {
+        const int nk = min_int(VL, n - j0);
+        const int s0 = j0 & ~(2 * VL - 1), w = min_int(2 * VL, np - s0), h = j0 - s0;
+        float *dst = kp + (size_t)s0 * (size_t)dk + h;
+        const char *src = (const char *)k + (size_t)j0 * (size_t)ldk * es;
+        for (int i = VL; i < min_int(2 * VL, n - j0); i++)
+            prefetch_row(src + (size_t)i * (size_t)ldk * es, (size_t)dk * es);
+        for (int d0 = 0; d0 < dk; d0 += VL) {
+            const int nd = min_int(VL, dk - d0);
+            const vtail mk = v_tail(nd);
+            vf r[VL];
+            UNROLL_FULL
+            for (int i = 0; i < VL; i++)
+                r[i] = i < nk ? load_dt(src + (size_t)i * (size_t)ldk * es, d0, dt, mk) : v_zero();
+            transpose(r);
+            UNROLL_VL
+            for (int c = 0; c < nd; c++)
+                v_storeu(dst + (size_t)(d0 + c) * (size_t)w, r[c]);
+        }
+    }
+}
+
+static void x86_pack_k(int n, int dk, const void *k, int64_t ldk, sdpa_dtype dt, float *kp) {
+    switch (dt) {
+    case SDPA_F16: pack_k_dt(n, dk, k, ldk, SDPA_F16, kp); return;
+    case SDPA_BF16: pack_k_dt(n, dk, k, ldk, SDPA_BF16, kp); return;
+    case SDPA_F32: pack_k_dt(n, dk, k, ldk, SDPA_F32, kp); return;
+    }
+}
+
+/* ---- qk ------------------------------------------------------------------------- */
+
+/* S[0..MR)[0..VL NV) = scale * Q Kp^T for one strip of VL NV keys, dk deep: MR x NV
+ * accumulators; per d, NV key loads and MR Q broadcasts feed MR NV FMAs. */
+ALWAYS_INLINE void qk_tile(const int MRMAX, const int MR, const int NV, int dk, float scale,
+                           const float *q, int ldq, const float *ks, float *s, int lds) {
+    if (MR > MRMAX) /* a switch arm the tile never takes (qk_tile_rows) */
+        return;
+    vf acc[QK_ROWS_MAX][2];
+    UNROLL_FULL
+    for (int r = 0; r < MR; r++)
+        UNROLL_FULL
+        for (int c = 0; c < NV; c++)
+            acc[r][c] = v_zero();
+    for (int d = 0; d < dk; d++) {
+        const float *kd = ks + (size_t)d * (size_t)(VL * NV);
+        const vf b0 = v_loadu(kd);
+        const vf b1 = NV > 1 ? v_loadu(kd + VL) : b0;
+        UNROLL_FULL
+        for (int r = 0; r < MR; r++) {
+            const vf a = v_bcast(q + (size_t)r * (size_t)ldq + (size_t)d);
+            acc[r][0] = v_fmadd(a, b0, acc[r][0]);
+            if (NV > 1)
+                acc[r][1] = v_fmadd(a, b1, acc[r][1]);
+        }
+    }
+    const vf vs = v_set1(scale);
+    UNROLL_FULL
+    for (int r = 0; r < MR; r++)
+        UNROLL_FULL
+        for (int c = 0; c < NV; c++)
+            v_storeu(s + (size_t)r * (size_t)lds + VL * c, acc[r][c] * vs);
+}
+
+/* qk_tile with the row count mr as a constant: mr = min(MR, rows left) is 1..MR, so the
+ * default cannot be reached. */
+ALWAYS_INLINE void qk_tile_rows(const int MR, const int NV, int mr, int dk, float scale,
+                                const float *q, int ldq, const float *ks, float *s, int lds) {
+    switch (mr) {
+    case 1: qk_tile(MR, 1, NV, dk, scale, q, ldq, ks, s, lds); return;
+    case 2: qk_tile(MR, 2, NV, dk, scale, q, ldq, ks, s, lds); return;
+    case 3: qk_tile(MR, 3, NV, dk, scale, q, ldq, ks, s, lds); return;
+    case 4: qk_tile(MR, 4, NV, dk, scale, q, ldq, ks, s, lds); return;
+    case 5: qk_tile(MR, 5, NV, dk, scale, q, ldq, ks, s, lds); return;
+    case 6: qk_tile(MR, 6, NV, dk, scale, q, ldq, ks, s, lds); return;
+    case 7: qk_tile(MR, 7, NV, dk, scale, q, ldq, ks, s, lds); return;
+    case 8: qk_tile(MR, 8, NV, dk, scale, q, ldq, ks, s, lds); return;
+    case 9: qk_tile(MR, 9, NV, dk, scale, q, ldq, ks, s, lds); return;
+    case 10: qk_tile(MR, 10, NV, dk, scale, q, ldq, ks, s, lds); return;
+    case 11: qk_tile(MR, 11, NV, dk, scale, q, ldq, ks, s, lds); return;
+    case 12: qk_tile(MR, 12, NV, dk, scale, q, ldq, ks, s, lds); return;
+    default: __builtin_unreachable();
+    }
+}
+
+/* The contract's qk on tiles of MR rows by 2 vectors of keys (the last strip 1 vector
+ * when the padded key count is an odd number of VLs, the last row tile the rows left). */
+ALWAYS_INLINE void qk_blocks(const int MR, int m, int n, int dk, float scale, const float *q,
+                             int ldq, const float *kp, float *s, int lds) {
+    const int np = (n + VL - 1) & ~(VL - 1);
+    for (int r0 = 0; r0 < m; r0 += MR) {
+        const int mr = min_int(MR, m - r0);
+        const float *qr = q + (size_t)r0 * (size_t)ldq;
+        float *sr = s + (size_t)r0 * (size_t)lds;
+        for (int j0 = 0; j0 < np; j0 += 2 * VL) {
+            const float *ks = kp + (size_t)j0 * (size_t)dk;
+            if (np - j0 >= 2 * VL)
+                qk_tile_rows(MR, 2, mr, dk, scale, qr, ldq, ks, sr + j0, lds);
+            else
+                qk_tile_rows(MR, 1, mr, dk, scale, qr, ldq, ks, sr + j0, lds);
+        }
+    }
+}
+
+/* qk_12x2v, for 32 registers: 24 accumulators + 2 key vectors + 1-2 broadcast
+ * temporaries. Per d: 2 key loads, 12 Q broadcasts, 24 FMAs (12 cycles at two FMA
+ * pipes), so the loads stay under two per cycle and each accumulator's FMA chain has 12
+ * cycles to cover the 4-cycle FMA latency. */
+TILE void qk_12x2v(int m, int n, int dk, float scale, const float *q, int ldq, const float *kp,
+                   float *s, int lds) {
+    qk_blocks(12, m, n, dk, scale, q, ldq, kp, s, lds);
+}
+
+/* qk_6x2v, for 16 registers: 12 accumulators + 2 key vectors + 1 broadcast = 15. Per d:
+ * 2 key loads, 6 Q broadcasts, 12 FMAs (6 cycles at two FMA pipes), so each accumulator's
+ * FMA chain has 6 cycles to cover the 4-cycle FMA latency. */
+TILE void qk_6x2v(int m, int n, int dk, float scale, const float *q, int ldq, const float *kp,
+                  float *s, int lds) {
+    qk_blocks(6, m, n, dk, scale, q, ldq, kp, s, lds);
+}
+
+/* ---- qk_rows -------------------------------------------------------------------- */
+
+/* The dot products of R query rows with NK = 1 or 2 keys (rows of K, read in place) as
+ * lane-wise partial sums: t[r * VL + i] for key i gets sum over VL-element slices of
+ * Q[r] * K[key]; the last slice is masked (caller memory, and Q's padding is off limits).
+ * Two keys share each Q slice load: per slice 2 K loads (16-bit K: conversions besides)
+ * and R Q loads feed 2 R FMAs. v_pin keeps the Q slice in a register: folded into both
+ * FMAs it would be loaded twice, and the kernel is load-bound already
+ * (docs/PERFORMANCE.md, "Kernel measurements"). */
+ALWAYS_INLINE void qkr_keys(const int R, const int NK, const sdpa_dtype dt, int dk,
+                            const float *q, int ldq, const char *k0, const char *k1, vf *t) {
+    vf c0[QKR_ROWS_MAX], c1[QKR_ROWS_MAX];
+    UNROLL_FULL
+    for (int r = 0; r < R; r++)
+        c0[r] = c1[r] = v_zero();
+    int d0 = 0;
+    for (; d0 + VL <= dk; d0 += VL) {
+        const vf x0 = load_dt(k0, d0, dt, v_full());
+        const vf x1 = NK > 1 ? load_dt(k1, d0, dt, v_full()) : x0;
+        UNROLL_FULL
+        for (int r = 0; r < R; r++) {
+            vf qv = v_loadu(q + (size_t)r * (size_t)ldq + d0);
+            if (NK > 1)
+                qv = v_pin(qv);
+            c0[r] = v_fmadd(qv, x0, c0[r]);
+            if (NK > 1)
+                c1[r] = v_fmadd(qv, x1, c1[r]);
+        }
+    }
+    if (d0 < dk) {
+        const vtail mk = v_tail(dk - d0);
+        const vf x0 = load_dt(k0, d0, dt, mk);
+        const vf x1 = NK > 1 ? load_dt(k1, d0, dt, mk) : x0;
+        UNROLL_FULL
+        for (int r = 0; r < R; r++) {
+            const vf qv = v_load_part(q + (size_t)r * (size_t)ldq + d0, mk);
+            c0[r] = v_fmadd(qv, x0, c0[r]);
+            if (NK > 1)
+                c1[r] = v_fmadd(qv, x1, c1[r]);
+        }
+    }
+    UNROLL_FULL
+    for (int r = 0; r < R; r++) {
+        t[r * VL] = c0[r];
+        if (NK > 1)
+            t[r * VL + 1] = c1[r];
+    }
+}
+
+/* S[0..R)[0..n) for R rows, VL keys at a time: each key pair's partial-sum vectors go to
+ * a stack buffer (R x VL vectors, in L1), and the reduction tree turns row r's VL
+ * vectors into its VL scores in key order, scaled and stored (masked in the tail strip,
+ * whose missing keys are zero vectors, never read). A score is one FMA chain over dk
+ * then the fixed tree, whatever R and whichever key shares its loads, so a row's bits
+ * do not depend on the other rows of the call.
+ * Memory order: in decode K streams from DRAM, and this loop is what keeps it streaming.
+ * Keys are read a pair of adjacent rows at a time, each from start to end (the order
+ * the hardware prefetchers follow; reading slice-major, the first lines of VL rows, then
+ * their second lines..., is much slower), and the rows SDPA_PREFETCH_AHEAD bytes ahead,
+ * within the call, are prefetched so the core does not wait at every 4 KiB page
+ * (docs/PERFORMANCE.md, "Kernel measurements"). Per key: dk / VL K loads and
+ * R dk / (2 VL) Q loads per R dk / VL FMAs, then per row per VL keys the tree's shuffles
+ * and adds (45 at VL = 16, 21 at VL = 8). */
+ALWAYS_INLINE void qkr_rows(const int R, const sdpa_dtype dt, int n, int dk, float scale,
+                            const float *q, int ldq, const void *k, int64_t ldk, float *s,
+                            int lds) {
+    const size_t rowb = (size_t)dk * elem_bytes(dt);
+    const size_t ldkb = (size_t)ldk * elem_bytes(dt);
+    const int ahead = (int)(SDPA_PREFETCH_AHEAD / rowb) + 1;
+    const vf vs = v_set1(scale);
+    vf t[QKR_ROWS_MAX * VL];
+    for (int j0 = 0; j0 < n; j0 += VL) {
+        const int nk = min_int(VL, n - j0);
+        const char *ks = (const char *)k + (size_t)j0 * ldkb;
+        int jj = 0;
+        for (; jj + 2 <= nk; jj += 2) {
+            for (int pj = jj + ahead; pj < jj + ahead + 2 && j0 + pj < n; pj++)
+                prefetch_row(ks + (size_t)pj * ldkb, rowb);
+            qkr_keys(R, 2, dt, dk, q, ldq, ks + (size_t)jj * ldkb, ks + (size_t)(jj + 1) * ldkb,
+                     t + jj);
+        }
+        if (jj < nk)
+            qkr_keys(R, 1, dt, dk, q, ldq, ks + (size_t)jj * ldkb, NULL, t + jj);
+        for (jj += jj < nk; jj < VL; jj++)
+            UNROLL_FULL
+            for (int r = 0; r < R; r++)
+                t[r * VL + jj] = v_zero();
+        UNROLL_FULL
+        for (int r = 0; r < R; r++)
+            v_store_first(s + (size_t)r * (size_t)lds + j0, nk,
+                          reduce_tree(t + VL * r, 0) * vs);
+    }
+}
+
+/* qkr_rows with the storage type as a constant. */
+ALWAYS_INLINE void qkr_rows_dt(const int R, sdpa_dtype dt, int n, int dk, float scale,
+                               const float *q, int ldq, const void *k, int64_t ldk, float *s,
+                               int lds) {
+    switch (dt) {
+    case SDPA_F16: qkr_rows(R, SDPA_F16, n, dk, scale, q, ldq, k, ldk, s, lds); return;
+    case SDPA_BF16: qkr_rows(R, SDPA_BF16, n, dk, scale, q, ldq, k, ldk, s, lds); return;
+    case SDPA_F32: qkr_rows(R, SDPA_F32, n, dk, scale, q, ldq, k, ldk, s, lds); return;
+    }
+}
+
+/* The parameter list of the qk_rows tiles (the contract's, less m). */
+#define QKR_ARGS                                                                             \
+    int n, int dk, float scale, const float *q, int ldq, const void *k, int64_t ldk,         \
+        sdpa_dtype dt, float *s, int lds
+
+/* The qk_rows register tiles, one function per row count: qkr_Rrows holds 2 R
+ * accumulators (R rows x the 2 keys that share each Q slice) + 2 K slices + 1 Q slice,
+ * and its tree works on VL loaded vectors. qkr_8rows: 19 of 32 registers, a GQA group of
+ * 8 heads (decode) in one pass over K, FMA-bound from 2 rows on; qkr_4rows: 11 of 16.
+ * Each row count is its own function rather than an arm of one switch function: in
+ * decode, where each pass over a block is short and K streams from DRAM, the switch
+ * form measured slower (docs/PERFORMANCE.md, "Kernel measurements"). */
+TILE void qkr_1row(QKR_ARGS) { qkr_rows_dt(1, dt, n, dk, scale, q, ldq, k, ldk, s, lds); }
+TILE void qkr_2rows(QKR_ARGS) { qkr_rows_dt(2, dt, n, dk, scale, q, ldq, k, ldk, s, lds); }
+TILE void qkr_3rows(QKR_ARGS) { qkr_rows_dt(3, dt, n, dk, scale, q, ldq, k, ldk, s, lds); }
+TILE void qkr_4rows(QKR_ARGS) { qkr_rows_dt(4, dt, n, dk, scale, q, ldq, k, ldk, s, lds); }
+TILE void qkr_5rows(QKR_ARGS) { qkr_rows_dt(5, dt, n, dk, scale, q, ldq, k, ldk, s, lds); }
+TILE void qkr_6rows(QKR_ARGS) { qkr_rows_dt(6, dt, n, dk, scale, q, ldq, k, ldk, s, lds); }
+TILE void qkr_7rows(QKR_ARGS) { qkr_rows_dt(7, dt, n, dk, scale, q, ldq, k, ldk, s, lds); }
+TILE void qkr_8rows(QKR_ARGS) { qkr_rows_dt(8, dt, n, dk, scale, q, ldq, k, ldk, s, lds); }
+
+/* The contract's qk_rows in passes of QKR_MR rows (the including ISA's), the last pass
+ * with the rest; each pass reads K once. The rows of a pass, min(QKR_MR, rows left), are
+ * 1..QKR_MR, and an arm above QKR_MR is dead code, so the default cannot be reached. */
+static void x86_qk_rows(int m, int n, int dk, float scale, const float *q0, int ldq,
+                        const void *k, int64_t ldk, sdpa_dtype dt, float *s0, int lds) {
+    for (int r0 = 0; r0 < m; r0 += QKR_MR) {
+        const float *q = q0 + (size_t)r0 * (size_t)ldq;
+        float *s = s0 + (size_t)r0 * (size_t)lds;
+        switch (min_int(QKR_MR, m - r0)) {
+        case 1: qkr_1row(n, dk, scale, q, ldq, k, ldk, dt, s, lds); continue;
+        case 2: qkr_2rows(n, dk, scale, q, ldq, k, ldk, dt, s, lds); continue;
+        case 3: qkr_3rows(n, dk, scale, q, ldq, k, ldk, dt, s, lds); continue;
+        case 4: qkr_4rows(n, dk, scale, q, ldq, k, ldk, dt, s, lds); continue;
+        case 5: if (QKR_MR >= 5) qkr_5rows(n, dk, scale, q, ldq, k, ldk, dt, s, lds); continue;
+        case 6: if (QKR_MR >= 6) qkr_6rows(n, dk, scale, q, ldq, k, ldk, dt, s, lds); continue;
+        case 7: if (QKR_MR >= 7) qkr_7rows(n, dk, scale, q, ldq, k, ldk, dt, s, lds); continue;
+        case 8: if (QKR_MR >= 8) qkr_8rows(n, dk, scale, q, ldq, k, ldk, dt, s, lds); continue;
+        default: __builtin_unreachable();
+        }
+    }
+}
+
+/* ---- softmax -------------------------------------------------------------------- */
+
+/* VL rows at a time, in two passes, so that each pass is a stream of independent rows
+ * rather than one long dependency chain per row (max, reduce, exp, sum): every row's max
+ * vector, reduced for the VL rows at once and combined with m_run; mu, alpha and m_run as
+ * one vector; then p = exp(s - mu) stored in place, and the row sums reduced at once into
+ * l_run. Rows past m take part as -inf / 0 vectors and are never stored. The tail vector
+ * of a row is filled with -inf in its dead lanes (exp gives 0 there) and stored under
+ * its mask, so S's padding is neither used nor written (it is read on AVX2: inside the
+ * row's lds, so readable). NaN scores lose every max (vmaxps returns its second operand,
+ * the running max, when the first is NaN) and reach l_run through the sum. */
+static void x86_softmax(int m, int n, float *s, int lds, float *m_run, float *l_run,
+                        float *alpha) {
+    const vf ninf = v_set1(-INFINITY);
+    const int nfull = n & ~(VL - 1);
+    const int ntail = n - nfull;
+    const vtail tail = v_tail(ntail);
+    for (int r0 = 0; r0 < m; r0 += VL) {
+        const int rows = min_int(VL, m - r0);
+        const vtail rm = v_tail(rows);
+        float *s0 = s + (size_t)r0 * (size_t)lds;
+        vf acc[VL];
+        for (int i = 0; i < VL; i++) {
+            const float *sr = s0 + (size_t)i * (size_t)lds;
+            vf vmax = ninf;
+            if (i < rows) {
+                for (int j = 0; j < nfull; j += VL)
+                    vmax = v_max(v_loadu(sr + j), vmax);
+                if (ntail)
+                    vmax = v_max(v_load_pad_fill(sr + nfull, tail, ninf), vmax);
+            }
+            acc[i] = vmax;
+        }
+        const vf mold = v_load_part_fill(m_run + r0, rm, ninf);
+        const vf mx = v_max(reduce_tree(acc, 1), mold);
+        /* a row that has seen only masked keys: subtract 0, so exp(-inf) = 0 */
+        const vf mu = v_zero_where(v_cmp_eq(mx, ninf), mx);
+        const vf a = exp_vec(mold - mu, 0);
+        v_store_part(m_run + r0, rm, mx);
+        v_store_part(alpha + r0, rm, a);
+        float mus[VL];
+        v_storeu(mus, mu);
+        for (int i = 0; i < VL; i++) {
+            float *sr = s0 + (size_t)i * (size_t)lds;
+            vf vsum = v_zero();
+            if (i < rows) {
+                const vf vmu = v_set1(mus[i]);
+                UNROLL_BC
+                for (int j = 0; j < nfull; j += VL) {
+                    const vf p = exp_vec(v_loadu(sr + j) - vmu, 0);
+                    v_storeu(sr + j, p);
+                    vsum = vsum + p;
+                }
+                if (ntail) {
+                    const vf p = exp_vec(v_load_pad_fill(sr + nfull, tail, ninf) - vmu, 0);
+                    v_store_part(sr + nfull, tail, p);
+                    vsum = vsum + p;
+                }
+            }
+            acc[i] = vsum;
+        }
+        const vf l = v_fmadd(a, v_load_part(l_run + r0, rm), reduce_tree(acc, 0));
+        v_store_part(l_run + r0, rm, l);
+    }
+}
+
+/* ---- pv ------------------------------------------------------------------------- */
+
+/* One chunk of pv's columns for all m rows: what x86_pv hands the register tile that
+ * pv_chunk picks. */
+typedef struct {
+    int m, n;            /* rows of P and O; keys */
+    const float *p;      /* P, rows ldp apart */
+    int ldp;
+    const char *v;       /* the chunk's first column of V's key 0; V rows ldvb bytes apart */
+    size_t ldvb;
+    const float *alpha;  /* per row, or NULL: no rescale */
+    float *o;            /* the chunk's first column of O, rows ldo apart */
+    int ldo;
+    sdpa_dtype dt;       /* V's storage type */
+    int lastw;           /* columns in the chunk's last vector, 1..VL */
+    int pf;              /* prefetch the V rows this many keys ahead (0: none) ... */
+    size_t pfb;          /* ... this many bytes of each, where PV_PF_WHOLE_ROWS */
+} pv_chunk_args;
+
+/* pv's register tile for a chunk of nv vectors of Dv: the including ISA file defines
+ * it, after this file, naming its pv_RxNv tiles. */
+static void pv_chunk(int nv, const pv_chunk_args *a);
+
+/* O[0..MR)[VL NV columns] = alpha O + P V over n keys, for one chunk of NV vectors of
+ * Dv (the last one masked by `last` unless FULL), V stored as dt and widened as it is
+ * loaded. The O tile stays in registers for the whole key loop: per key, NV V loads
+ * (masked at the Dv tail: caller memory; 16-bit V: NV conversions besides) and MR P
+ * broadcasts feed MR NV FMAs. With pf > 0 (decode: V streams from DRAM) pfb bytes of
+ * the row pf keys ahead, within the call, are prefetched, as qk_rows does for K. */
+ALWAYS_INLINE void pv_tile(const int MRMAX, const int MR, const int NV, const int FULL,
+                           const sdpa_dtype dt, const pv_chunk_args *a, const float *p,
+                           const float *alpha, float *o, vtail last, int pf) {
+    if (MR > MRMAX) /* a switch arm the tile never takes (pv_row_tiles) */
+        return;
+    const int n = a->n, ldp = a->ldp, ldo = a->ldo;
+    const char *v = a->v;
+    const size_t ldvb = a->ldvb;
+    const size_t pfb = PV_PF_WHOLE_ROWS ? a->pfb : (size_t)NV * VL * elem_bytes(dt);
+    /* acc[k] is row k / NV, vector k % NV, so each loop over the tile is one flat loop
+     * that the compiler unrolls in full before it promotes the arrays to registers
+     * (nested loops in a tile function with many instances left clang 14 with the
+     * accumulators in memory). The largest tiles: 24 accumulators, 8 vectors. */
+    vf acc[24], vv[8];
+    UNROLL_FULL
+    for (int k = 0; k < MR * NV; k++) {
+        const int c = k % NV;
+        float *oc = o + (size_t)(k / NV) * (size_t)ldo + VL * c;
+        acc[k] = c < NV - 1 || FULL ? v_loadu(oc) : v_load_part(oc, last);
+        if (alpha)
+            acc[k] = acc[k] * v_set1(alpha[k / NV]);
+    }
+    for (int j = 0; j < n; j++) {
+        const char *vj = v + (size_t)j * ldvb;
+        if (pf > 0 && j + pf < n)
+            prefetch_row(vj + (size_t)pf * ldvb, pfb);
+        UNROLL_FULL
+        for (int c = 0; c < NV; c++)
+            vv[c] = load_dt(vj, VL * c, dt, c < NV - 1 || FULL ? v_full() : last);
+        UNROLL_FULL
+        for (int k = 0; k < MR * NV; k++)
+            acc[k] = v_fmadd(v_bcast(p + (size_t)(k / NV) * (size_t)ldp + (size_t)j), vv[k % NV],
+                             acc[k]);
+    }
+    UNROLL_FULL
+    for (int k = 0; k < MR * NV; k++) {
+        const int c = k % NV;
+        float *oc = o + (size_t)(k / NV) * (size_t)ldo + VL * c;
+        if (c < NV - 1 || FULL)
+            v_storeu(oc, acc[k]);
+        else
+            v_store_part(oc, last, acc[k]);
+    }
+}
+
+/* pv_tile with FULL and the storage type as constants. Without V_MASKS_FREE a chunk
+ * with no Dv tail runs an instance with no masks at all (FULL). */
+ALWAYS_INLINE void pv_tile_dt(const int MRMAX, const int MR, const int NV, const pv_chunk_args *a,
+                              const float *p, const float *alpha, float *o, vtail last, int pf) {
+    if (!V_MASKS_FREE && a->lastw == VL) {
+        switch (a->dt) {
+        case SDPA_F16: pv_tile(MRMAX, MR, NV, 1, SDPA_F16, a, p, alpha, o, last, pf); return;
+        case SDPA_BF16: pv_tile(MRMAX, MR, NV, 1, SDPA_BF16, a, p, alpha, o, last, pf); return;
+        case SDPA_F32: pv_tile(MRMAX, MR, NV, 1, SDPA_F32, a, p, alpha, o, last, pf); return;
+        }
+    }
+    switch (a->dt) {
+    case SDPA_F16: pv_tile(MRMAX, MR, NV, 0, SDPA_F16, a, p, alpha, o, last, pf); return;
+    case SDPA_BF16: pv_tile(MRMAX, MR, NV, 0, SDPA_BF16, a, p, alpha, o, last, pf); return;
+    case SDPA_F32: pv_tile(MRMAX, MR, NV, 0, SDPA_F32, a, p, alpha, o, last, pf); return;
+    }
+}
+
+/* All m rows of a chunk in tiles of MR rows by NV vectors, the last tile with the rows
+ * left: min(MR, rows left) is 1..MR, so the default cannot be reached. Where
+ * PV_PF_WHOLE_ROWS only the first tile prefetches, whole rows (a->pfb), so the others
+ * find them in cache; otherwise each prefetches its own columns. */
+ALWAYS_INLINE void pv_row_tiles(const int MR, const int NV, const pv_chunk_args *a) {
+    const vtail last = v_tail(a->lastw);
+    for (int r0 = 0; r0 < a->m; r0 += MR) {
+        const float *p = a->p + (size_t)r0 * (size_t)a->ldp;
+        const float *alpha = a->alpha ? a->alpha + r0 : NULL;
+        float *o = a->o + (size_t)r0 * (size_t)a->ldo;
+        const int pf = r0 == 0 || !PV_PF_WHOLE_ROWS ? a->pf : 0;
+        switch (min_int(MR, a->m - r0)) {
+        case 1: pv_tile_dt(MR, 1, NV, a, p, alpha, o, last, pf); continue;
+        case 2: pv_tile_dt(MR, 2, NV, a, p, alpha, o, last, pf); continue;
+        case 3: pv_tile_dt(MR, 3, NV, a, p, alpha, o, last, pf); continue;
+        case 4: pv_tile_dt(MR, 4, NV, a, p, alpha, o, last, pf); continue;
+        case 5: pv_tile_dt(MR, 5, NV, a, p, alpha, o, last, pf); continue;
+        case 6: pv_tile_dt(MR, 6, NV, a, p, alpha, o, last, pf); continue;
+        case 7: pv_tile_dt(MR, 7, NV, a, p, alpha, o, last, pf); continue;
+        case 8: pv_tile_dt(MR, 8, NV, a, p, alpha, o, last, pf); continue;
+        case 9: pv_tile_dt(MR, 9, NV, a, p, alpha, o, last, pf); continue;
+        case 10: pv_tile_dt(MR, 10, NV, a, p, alpha, o, last, pf); continue;
+        case 11: pv_tile_dt(MR, 11, NV, a, p, alpha, o, last, pf); continue;
+        case 12: pv_tile_dt(MR, 12, NV, a, p, alpha, o, last, pf); continue;
+        default: __builtin_unreachable();
+        }
+    }
+}
+
+/* The pv register tiles, rows x vectors of O, each with its register budget (the
+ * accumulators, the V vectors of a key, 1 P broadcast) and the register file it is for.
+ * At 24 accumulators the 10-14 loads per 24 FMAs (12 cycles) stay under two per cycle. */
+/* 12 x 1 = 12 + 1 + 1, of 16 or 32: a lone one-vector chunk (Dv <= VL, or on AVX2 the
+ * last of an odd number of 8s; 13 loads per 12 FMAs). */
+TILE void pv_12x1v(const pv_chunk_args *a) { pv_row_tiles(12, 1, a); }
+/* 6 x 2 = 12 + 2 + 1 = 15 of 16: AVX2's tile (8 loads per 12 FMAs). */
+TILE void pv_6x2v(const pv_chunk_args *a) { pv_row_tiles(6, 2, a); }
+/* 12 x 2 = 24 + 2 + 1, of 32. */
+TILE void pv_12x2v(const pv_chunk_args *a) { pv_row_tiles(12, 2, a); }
+/* 8 x 3 = 24 + 3 + 1, of 32. */
+TILE void pv_8x3v(const pv_chunk_args *a) { pv_row_tiles(8, 3, a); }
+/* 6 x 4 = 24 + 4 + 1, of 32. */
+TILE void pv_6x4v(const pv_chunk_args *a) { pv_row_tiles(6, 4, a); }
+/* 4 x 5 = 20 + 5 + 1, of 32. */
+TILE void pv_4x5v(const pv_chunk_args *a) { pv_row_tiles(4, 5, a); }
+/* 4 x 6 = 24 + 6 + 1, of 32. */
+TILE void pv_4x6v(const pv_chunk_args *a) { pv_row_tiles(4, 6, a); }
+/* 3 x 7 = 21 + 7 + 1, of 32. */
+TILE void pv_3x7v(const pv_chunk_args *a) { pv_row_tiles(3, 7, a); }
+/* 3 x 8 = 24 + 8 + 1 = 33, of 32: one vector lives on the stack (one load and one FMA
+ * with a memory operand per key); it serves decode's whole rows of Dv = 128, which
+ * stream from DRAM, where that load is not the limit. */
+TILE void pv_3x8v(const pv_chunk_args *a) { pv_row_tiles(3, 8, a); }
+
+/* Rows up to which pv works like decode (a GQA group of 8 heads): it prefetches V rows
+ * ahead, and cuts Dv into chunks of up to PV_WIDE_CMAX vectors instead of PV_CMAX. */
+#define PV_WIDE_M 8
+
+/* Dv is cut into chunks of at most cmax vectors, as even as possible (5 -> 3 + 2,
+ * 8 -> 4 + 4, 9 -> 3 + 3 + 3 at cmax = 4; at cmax = 2, chunks of 2 and a last 1 for an
+ * odd count), so no chunk but a lone one drops below 2 vectors and the tile keeps its
+ * accumulators at Dv = 80 or 96 as at 64 or 128. The chunk widths are the including
+ * ISA's; why they are what they are is in its file. */
+static void x86_pv(int m, int n, int dv, const float *p, int ldp, const void *v, int64_t ldv,
+                   sdpa_dtype dt, const float *alpha, float *o, int ldo) {
+    const size_t es = elem_bytes(dt), rowb = (size_t)dv * es;
+    const int nvec = (dv + VL - 1) / VL;
+    const int wide = m <= PV_WIDE_M;
+    const int cmax = wide ? PV_WIDE_CMAX : PV_CMAX;
+    const int pf = wide ? (int)(SDPA_PREFETCH_AHEAD / rowb) + 1 : 0;
+    const int nchunk = (nvec + cmax - 1) / cmax;
+    int c0 = 0;
+    for (int ch = 0; ch < nchunk; ch++) {
+        const int nv = nvec / nchunk + (ch < nvec % nchunk);
+        const pv_chunk_args a = {
+            .m = m, .n = n, .p = p, .ldp = ldp, .v = (const char *)v + (size_t)(VL * c0) * es,
+            .ldvb = (size_t)ldv * es, .alpha = alpha, .o = o + VL * c0, .ldo = ldo, .dt = dt,
+            .lastw = min_int(VL * nv, dv - VL * c0) - VL * (nv - 1),
+            .pf = ch == 0 || !PV_PF_WHOLE_ROWS ? pf : 0, .pfb = rowb};
+        pv_chunk(nv, &a);
+        c0 += nv;
+    }
+}
