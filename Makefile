@@ -111,9 +111,18 @@ $(BUILD)/obj/src/%.o: src/%.c
 	$(CC) $(LIB_CFLAGS) $(ISA_DEFS) -MMD -MP -c $< -o $@
 
 # $(word 2,...) of the path is the ISA directory name.
+# A sanitized build (SANITIZE=) instruments src/ and the scalar table; the SIMD tables are
+# built plain: instrumented, their register-tile switches take minutes to compile (the
+# fuzz build does the same). Their reads of caller memory are still checked: the suite's
+# buffers end on unmapped pages, and valgrind runs the AVX2 table.
+KERN_CFLAGS := $(filter-out $(SAN_FLAGS),$(LIB_CFLAGS))
+$(BUILD)/obj/kernels/scalar/%.o: kernels/scalar/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(LIB_CFLAGS) -MMD -MP -c $< -o $@
+
 $(BUILD)/obj/kernels/%.o: kernels/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(LIB_CFLAGS) $(SDPA_ISAFLAGS_$(word 2,$(subst /, ,$<))) -MMD -MP -c $< -o $@
+	$(CC) $(KERN_CFLAGS) $(SDPA_ISAFLAGS_$(word 2,$(subst /, ,$<))) -MMD -MP -c $< -o $@
 
 $(BUILD)/libsdpa.a: $(LIB_OBJS)
 	@rm -f $@
