@@ -45,10 +45,9 @@ static void store(void *row, int64_t d, sdpa_dtype t, double x) {
 
 /* Element d of a row stored as t, as the products see it: exactly, or rounded to bf16
  * (nearest even) under SDPA_COMPUTE_BF16. */
-static double operand(const sdpa_problem *p, const char *row, int64_t d, sdpa_dtype t) {
+static inline double operand(const char *row, int64_t d, sdpa_dtype t, int bf16) {
     const float x = sdpa_load_as_f32(row, d, t);
-    return p->compute == SDPA_COMPUTE_BF16 ? (double)sdpa_bf16_to_f32(sdpa_f32_to_bf16(x))
-                                           : (double)x;
+    return bf16 ? (double)sdpa_bf16_to_f32(sdpa_f32_to_bf16(x)) : (double)x;
 }
 
 /* The mask's element (b, h, i, j): 1 and the additive term in *add when key j is kept,
@@ -82,6 +81,10 @@ sdpa_status sdpa_reference(const sdpa_desc *desc, const sdpa_tensor *q, const sd
         sdpa_free(acc);
         return SDPA_ERR_OUT_OF_MEMORY;
     }
+
+    /* loop invariants the compiler cannot prove (p's fields could alias acc's stores) */
+    const int bf16 = p.compute == SDPA_COMPUTE_BF16;
+    const sdpa_dtype qt = p.qt, kt = p.kt, vt = p.vt;
 
     /* Under packed varlen the views hold one "batch entry" of all rows; rows no sequence
      * owns (beyond cu_seqlens_q[B]) are written like padding rows. */
@@ -124,8 +127,12 @@ sdpa_status sdpa_reference(const sdpa_desc *desc, const sdpa_tensor *q, const sd
                         continue;
                     const char *kj = row_ptr(p.k, p.kt, p.ks, b, hk, s.kv0 + j);
                     double dot = 0.0;
-                    for (int64_t d = 0; d < p.Dk; d++)
-                        dot += operand(&p, qi, d, p.qt) * operand(&p, kj, d, p.kt);
+                    if (bf16) /* two loops: the fp32 one stays as fast as it was */
+                        for (int64_t d = 0; d < p.Dk; d++)
+                            dot += operand(qi, d, qt, 1) * operand(kj, d, kt, 1);
+                    else
+                        for (int64_t d = 0; d < p.Dk; d++)
+                            dot += operand(qi, d, qt, 0) * operand(kj, d, kt, 0);
                     double x = (double)p.scale * dot;
                     if (p.softcap > 0.0f)
                         x = (double)p.softcap * tanh(x / (double)p.softcap);
@@ -175,8 +182,12 @@ sdpa_status sdpa_reference(const sdpa_desc *desc, const sdpa_tensor *q, const sd
                     if (p.compute == SDPA_COMPUTE_BF16)
                         wj = (double)sdpa_bf16_to_f32(sdpa_f32_to_bf16((float)wj));
                     const char *vj = row_ptr(p.v, p.vt, p.vs, b, hk, s.kv0 + j);
-                    for (int64_t d = 0; d < p.Dv; d++)
-                        acc[d] += wj * operand(&p, vj, d, p.vt);
+                    if (bf16)
+                        for (int64_t d = 0; d < p.Dv; d++)
+                            acc[d] += wj * operand(vj, d, vt, 1);
+                    else
+                        for (int64_t d = 0; d < p.Dv; d++)
+                            acc[d] += wj * operand(vj, d, vt, 0);
                 }
                 for (int64_t d = 0; d < p.Dv; d++)
                     store(orow, d, p.ot, acc[d] / sum);
