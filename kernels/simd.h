@@ -35,15 +35,23 @@ static inline int min_int(int a, int b) { return a < b ? a : b; }
 /* Bytes of one element of a storage type (validate.c admits only these three). */
 static inline size_t elem_bytes(sdpa_dtype dt) { return dt == SDPA_F32 ? 4 : 2; }
 
-/* Lines [0, nb) bytes of a row of caller memory into L1 (x86 prefetcht0, Arm PRFM
- * PLDL1KEEP), ahead of its use: see SDPA_PREFETCH_AHEAD in ukernel.h. L1, because
- * prefetching into L2 or non-temporally was slower in decode; unrolled (in full where nb
- * is a constant), because a loop around each prefetch was slower in decode, where the
+/* Lines [0, nb) bytes of a row of caller memory into the cache, ahead of its use: see
+ * SDPA_PREFETCH_AHEAD in ukernel.h. Into L1 (x86 prefetcht0, Arm PRFM PLDL1KEEP) or L2
+ * (prefetcht1, PLDL2KEEP) as sdpa_prefetch_l1 says, which src/dispatch.c sets once from
+ * the L1 data cache's size (its comment has the measurements). Unrolled (in full where
+ * nb is a constant), because a loop around each prefetch was slower in decode, where the
  * prefetches are what the loads wait on (docs/PERFORMANCE.md, "Kernel measurements"). */
+extern int sdpa_prefetch_l1;
 ALWAYS_INLINE void prefetch_row(const char *row, size_t nb) {
-    _Pragma("GCC unroll 16")
-    for (size_t b = 0; b < nb; b += 64) /* 64-byte lines */
-        __builtin_prefetch(row + b, 0, 3);
+    if (sdpa_prefetch_l1) {
+        _Pragma("GCC unroll 16")
+        for (size_t b = 0; b < nb; b += 64) /* 64-byte lines */
+            __builtin_prefetch(row + b, 0, 3);
+    } else {
+        _Pragma("GCC unroll 16")
+        for (size_t b = 0; b < nb; b += 64)
+            __builtin_prefetch(row + b, 0, 2);
+    }
 }
 
 #endif /* SDPA_SIMD_H */

@@ -192,9 +192,16 @@ typedef struct sdpa_x86_cpu {
     int avx_vnni, avx512_bf16;                        /* CPUID.(7,1):EAX */
     uint64_t xcr0;      /* XCR0, read only when OSXSAVE is set (else 0) */
     int os_ymm, os_zmm, os_amx;  /* XCR0: the OS saves YMM / opmask+ZMM / AMX tile state */
+    int l1d_kb;         /* L1 data cache per core, KiB (AMD: CPUID.80000005h:ECX[31:24];
+                           Intel: CPUID.4 of the level-1 data cache); 0 if not reported */
 } sdpa_x86_cpu;
 
 void sdpa_cpu_x86(sdpa_x86_cpu *f);
+
+/* Where the decode kernels prefetch rows ahead (kernels/simd.h prefetch_row, the
+ * driver's block heads): 1 into L1, 0 into L2. Set once at the first use of the library
+ * (dispatch.c) from the L1 data cache's size, read-only afterwards. */
+extern int sdpa_prefetch_l1;
 
 /* The fused driver on a validated problem with an explicit table. */
 sdpa_status sdpa_forward_with(const sdpa_kernels *kt, const sdpa_problem *p,

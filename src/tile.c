@@ -57,8 +57,12 @@ void gather_q(const plan *pl, const rows *it, const scratch *w) {
 static void prefetch_head(const char *base, int64_t ld, int n, size_t bytes) {
     const int nr = (int)min64(n, (int64_t)(SDPA_PREFETCH_AHEAD / bytes) + 1);
     for (int j = 0; j < nr; j++)
-        for (size_t off = 0; off < bytes; off += 64) /* 64-byte lines on x86-64 and arm64 */
-            __builtin_prefetch(base + (int64_t)j * ld + (int64_t)off, 0, 3);
+        for (size_t off = 0; off < bytes; off += 64) { /* 64-byte lines: x86-64, arm64 */
+            if (sdpa_prefetch_l1) /* into L1 or L2: internal.h, sdpa_prefetch_l1 */
+                __builtin_prefetch(base + (int64_t)j * ld + (int64_t)off, 0, 3);
+            else
+                __builtin_prefetch(base + (int64_t)j * ld + (int64_t)off, 0, 2);
+        }
 }
 
 /* S rows [ra, rb) = scale Q K^T for the n keys of K from kblock (caller memory): K

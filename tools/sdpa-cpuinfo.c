@@ -56,9 +56,12 @@ int main(int argc, char **argv) {
         bit("YMM", f.os_ymm);
         bit("opmask+ZMM", f.os_zmm);
         bit("AMX tiles", f.os_amx);
+        printf("L1 data cache %d KiB\n", f.l1d_kb);
     } else {
         printf("no CPUID (not an x86 target)\n");
     }
+    (void)sdpa_get_isa(); /* the library's one-time detection has run: the policy is set */
+    printf("decode prefetch: rows ahead into %s\n", sdpa_prefetch_l1 ? "L1" : "L2");
 
     printf("kernel tables, in the registry's order of preference\n");
     int n;
