@@ -181,20 +181,28 @@ typedef struct sdpa_mask {
  *   - the softmax (max, exp, the sums l, the state m, lse) stays fp32;
  *   - P is rounded to bf16 (after dropout) before P V, which accumulates in fp32;
  *   - O stays fp32 until it is stored in its dtype.
- * Error model (against the exact attention of the rounded operands q^, k^, v^, with
- * weights w_j and A_d = sum_j w_j |v^_jd|, row by row):
- *     |o_d - a_d| <= (2^-8 + 2 D + g(Tkv)) A_d,   D = |scale| g(Dk) max_j sum_d |q^_d k^_jd|
- *                                                     + 4 2^-24 max_j |s_j|
- * where g(n) = n 2^-24 / (1 - n 2^-24) bounds an fp32 sum of n terms: 2^-8 is P's bf16
- * rounding (relative, nearest even), D the score error (fp32 accumulation of Dk exact
- * products, then scale, softcap, ALiBi and mask in fp32; a score error e changes a
- * weight by a factor exp(e - sum w e), hence 2 D), g(Tkv) the fp32 sums of l and of
- * P V. sdpa_reference in this mode applies the same two roundings (operands; P at the
- * row's final max rather than the kernels' running max), so against it the 2^-8 becomes
- * 2^-7; lse is within D + g(Tkv) + 2^-22 of the reference's. Asking for a compute mode
- * no usable kernel table provides is SDPA_ERR_UNSUPPORTED_ISA, never a silent fp32 run
- * (the scalar table emulates the roundings exactly, so the mode exists everywhere; the
- * automatic ISA choice picks the best table that computes it). */
+ * Error model (against the exact attention a of the rounded operands q^, k^, v^, with
+ * weights w_j and A_d = sum_j w_j |v^_jd|, row by row; u = 2^-24):
+ *     |o_d - a_d| <= (2^-8 + 2 D + 2 g(2 Tkv)) A_d  (+ O's rounding to its dtype),
+ *     D = |scale| g(Dk) max_j sum_d |q^_d k^_jd| + 4 u max_j |s_j| + 2^-20
+ * to first order, where g(n) = n u / (1 - n u) bounds an fp32 sum of n terms: 2^-8 is
+ * P's rounding to bf16 (nearest even, relative), D the error of a score (fp32 sum of Dk
+ * exact products, then scale, softcap, ALiBi and mask in fp32, and the exp's 2^-20
+ * relative error; an error e_j in the scores changes a weight by the factor
+ * exp(e_j - sum w e), hence 2 D), 2 g(2 Tkv) the fp32 sums of l and of P V with their
+ * rescales. Tables that use vdpbf16ps, AMX or BFMMLA read subnormal bf16 operands as
+ * zero and flush subnormal products (their DAZ/FTZ); each such term adds at most
+ * |scale| |q^_d k^_jd| < |scale| 2^-126 max|k^| to D. sdpa_reference in this mode
+ * applies the same two roundings (operands; P at the row's final max rather than the
+ * kernels' running max), so against it the 2^-8 becomes 2^-7. lse is within
+ * D + 2 g(2 Tkv) + 2 u |lse| of the exact one; the attention weights (not rounded: P
+ * is rounded only where it multiplies V) within (2 D + 2 g(2 Tkv)) w_j.
+ * tests/test_bf16.c checks these bounds element by element. Asking for a compute mode
+ * no usable kernel table provides is SDPA_ERR_UNSUPPORTED_ISA, never a silent fp32 run.
+ * Every table computes this mode: those with bf16 tiles (vdpbf16ps, AMX, BFMMLA/BFDOT,
+ * and the scalar table's exact emulation) use them, the others run their fp32 tiles on
+ * the rounded operands, which is the same arithmetic (a product of two bf16 values is
+ * exact in fp32). The automatic ISA choice picks the best table that computes it. */
 typedef enum sdpa_compute {
     SDPA_COMPUTE_F32 = 0,  /* exact fp32 products (the default) */
     SDPA_COMPUTE_BF16 = 1  /* bf16 operands and P, fp32 accumulation and softmax */
@@ -207,7 +215,10 @@ typedef enum sdpa_isa {
     SDPA_ISA_AVX2 = 2,    /* x86-64 AVX2 + FMA */
     SDPA_ISA_AVX512 = 3,  /* x86-64 AVX-512 F/BW/DQ/VL */
     SDPA_ISA_NEON = 4,    /* AArch64 Advanced SIMD */
-    SDPA_ISA_COUNT_ = 5   /* number of values, not an ISA */
+    SDPA_ISA_AVX512_BF16 = 5, /* avx512 + AVX512_BF16 (vdpbf16ps) for bf16 compute */
+    SDPA_ISA_AMX = 6,     /* avx512_bf16 + AMX-TILE/AMX-BF16 tiles for bf16 compute */
+    SDPA_ISA_NEON_BF16 = 7, /* neon + FEAT_BF16 (BFDOT, BFMMLA) for bf16 compute */
+    SDPA_ISA_COUNT_ = 8   /* number of values, not an ISA */
 } sdpa_isa;
 
 /* Work counters of one call, filled when sdpa_desc.stats is non-NULL. A "block" is one

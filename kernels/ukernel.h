@@ -67,6 +67,8 @@ typedef struct sdpa_kernels {
     int br;            /* query rows per work item (Br) */
     int bc;            /* keys per block (Bc) */
     int kp_align;      /* pack_k pads the key count up to a multiple of this */
+    int kpb_align;     /* pack_k_bf16 pads the key count up to a multiple of this */
+    int vpb_align;     /* pack_v_bf16 pads the key count up to a multiple of this */
 
     /* Kp <- the n x dk block of K whose rows are ldk elements apart, converted from dt
      * to fp32 and laid out in this table's own format. Kp holds round_up(n, kp_align) *
@@ -105,12 +107,42 @@ typedef struct sdpa_kernels {
      * scalar table's is libm's expf); tests/test_ukernel.c re-measures it over
      * [-104, 89]. */
     void (*vexp)(int n, const float *x, float *y);
+
+    /* ---- bf16 compute (SDPA_COMPUTE_BF16, include/sdpa.h) ----------------------------
+     * Set by the tables whose registry row computes the mode (src/dispatch.c), NULL in
+     * the others. Operands enter the products as bf16 (fp32 and f16 rounded to nearest
+     * even here, bf16 used as stored); each product of two bf16 values is exact in fp32
+     * and the sums accumulate in fp32, in an order each table chooses. bf16 buffers (Qb,
+     * Kpb, Vpb) are driver scratch, 64-byte aligned. */
+
+    /* Kpb <- the n x dk block of K (rows ldk elements apart, stored as dt) rounded to
+     * bf16, in this table's own layout: round_up(n, kpb_align) * round_up(dk, 32)
+     * elements, padding (keys past n, dims past dk) zero. */
+    void (*pack_k_bf16)(int n, int dk, const void *k, int64_t ldk, sdpa_dtype dt,
+                        uint16_t *kp);
+
+    /* S[r][j] = scale * sum_d Qb[r][d] * Kb[j][d] for r < m, j < n, from Kpb. Qb rows are
+     * bf16, ldq elements apart (a multiple of 32), zero from dk to round_up(dk, 32).
+     * Columns of S at and beyond n may be written (up to round_up(n, kpb_align)). */
+    void (*qk_bf16)(int m, int n, int dk, float scale, const uint16_t *q, int ldq,
+                    const uint16_t *kp, float *s, int lds);
+
+    /* Vpb <- the n x dv block of V (rows ldv elements apart, stored as dt) rounded to
+     * bf16, in this table's own layout: round_up(n, vpb_align) * round_up(dv, 32)
+     * elements, padding zero. */
+    void (*pack_v_bf16)(int n, int dv, const void *v, int64_t ldv, sdpa_dtype dt,
+                        uint16_t *vp);
+
+    /* O[r][:dv] = alpha[r] * O[r][:dv] + sum_{j<n} bf16(P[r][j]) * Vb[j][:dv] for r < m,
+     * P (fp32, rows ldp apart) rounded to bf16 (nearest even) here, fp32 accumulation;
+     * alpha == NULL means no rescale. P, alpha and O as for pv. */
+    void (*pv_bf16)(int m, int n, int dv, const float *p, int ldp, const uint16_t *vp,
+                    const float *alpha, float *o, int ldo);
 } sdpa_kernels;
 
-/* Number of function pointers in a table. Every table file asserts it still equals the
- * count it was written for, so a function added to the contract breaks the build of
- * every ISA until each one provides it. */
-#define SDPA_KERNELS_NFUNCS 6
+/* Number of function pointers in a table; the registry (src/dispatch.c) checks that each
+ * composed table sets every one its modes need. */
+#define SDPA_KERNELS_NFUNCS 10
 _Static_assert(sizeof(sdpa_kernels) ==
                    offsetof(sdpa_kernels, pack_k) + SDPA_KERNELS_NFUNCS * sizeof(void (*)(void)),
                "SDPA_KERNELS_NFUNCS must count the function pointers of sdpa_kernels");
@@ -120,5 +152,6 @@ extern const sdpa_kernels sdpa_kernels_scalar;
 extern const sdpa_kernels sdpa_kernels_avx2;
 extern const sdpa_kernels sdpa_kernels_avx512;
 extern const sdpa_kernels sdpa_kernels_neon;
+extern const sdpa_kernels sdpa_kernels_neonbf16; /* bf16 entries only, over neon's */
 
 #endif /* SDPA_UKERNEL_H */

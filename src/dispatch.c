@@ -31,6 +31,10 @@
 #if defined(__aarch64__) && defined(__linux__)
 #include <sys/auxv.h>
 #endif
+#if defined(__x86_64__) && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 const char *sdpa_isa_name(sdpa_isa isa) {
     if (isa == SDPA_ISA_AUTO)
@@ -151,6 +155,34 @@ static int usable_avx512(void) {
     sdpa_cpu_x86(&f);
     return f.os_zmm && f.avx512f && f.avx512dq && f.avx512bw && f.avx512vl && usable_avx2();
 }
+
+/* avx512 and AVX512_BF16 (CPUID.(EAX=7,ECX=1):EAX[5]), which uses the same ZMM state. */
+static int usable_avx512_bf16(void) {
+    sdpa_x86_cpu f;
+    sdpa_cpu_x86(&f);
+    return f.avx512_bf16 && usable_avx512();
+}
+
+/* avx512bf16 and AMX-TILE + AMX-BF16 (CPUID.(7,0):EDX[24], [22]) with the tile state
+ * enabled in XCR0 (bits 17, 18), and the process's permission to use the tile data
+ * state, which Linux grants on request (arch_prctl(ARCH_REQ_XCOMP_PERM,
+ * XFEATURE_XTILEDATA), Documentation/arch/x86/xstate.rst; values from
+ * arch/x86/include/uapi/asm/prctl.h and the XSAVE feature number 18 of the Intel SDM
+ * vol. 1, 13.1). A thread that executes a tile instruction without it gets SIGILL. The
+ * request is made once (usable() runs under the registry's pthread_once); a refusal
+ * makes the ISA unusable. */
+static int usable_amx(void) {
+    sdpa_x86_cpu f;
+    sdpa_cpu_x86(&f);
+    if (!(f.amx_tile && f.amx_bf16 && f.os_amx && usable_avx512_bf16()))
+        return 0;
+#if defined(__linux__) && defined(__x86_64__)
+    enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
+    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+#else
+    return 0;
+#endif
+}
 #endif
 
 #if defined(__aarch64__)
@@ -183,6 +215,9 @@ static int usable_neon(void) {
 #endif
     return arm_hw.asimd;
 }
+
+/* neon and FEAT_BF16 (BFDOT, BFMMLA, BFCVT): HWCAP2_BF16, read by usable_neon. */
+static int usable_neon_bf16(void) { return usable_neon() && arm_hw.bf16; }
 #endif
 
 /* ---- the registry ------------------------------------------------------------------- */
@@ -204,6 +239,21 @@ static int usable_neon(void) {
 #else
 #define TABLE_NEON NULL
 #endif
+#ifdef SDPA_BUILD_AVX512BF16
+#define TABLE_AVX512BF16 &sdpa_kernels_avx512bf16
+#else
+#define TABLE_AVX512BF16 NULL
+#endif
+#ifdef SDPA_BUILD_AMX
+#define TABLE_AMX &sdpa_kernels_amx
+#else
+#define TABLE_AMX NULL
+#endif
+#ifdef SDPA_BUILD_NEONBF16
+#define TABLE_NEONBF16 &sdpa_kernels_neonbf16
+#else
+#define TABLE_NEONBF16 NULL
+#endif
 
 typedef struct row {
     sdpa_isa isa;
@@ -215,26 +265,34 @@ typedef struct row {
 } row;
 
 #define F32 (1u << SDPA_COMPUTE_F32)
+#define BF16 (1u << SDPA_COMPUTE_BF16)
 
 /* In order of preference: the automatic choice is the first usable row. A base row comes
  * after the rows built on it. */
 static const row rows[] = {
 #if defined(__x86_64__) || defined(__i386__)
-    {SDPA_ISA_AVX512, "avx512", SDPA_ISA_SCALAR, TABLE_AVX512, usable_avx512, F32},
-    {SDPA_ISA_AVX2, "avx2", SDPA_ISA_SCALAR, TABLE_AVX2, usable_avx2, F32},
+    {SDPA_ISA_AMX, "amx", SDPA_ISA_AVX512_BF16, TABLE_AMX, usable_amx, F32 | BF16},
+    {SDPA_ISA_AVX512_BF16, "avx512bf16", SDPA_ISA_AVX512, TABLE_AVX512BF16, usable_avx512_bf16,
+     F32 | BF16},
+    {SDPA_ISA_AVX512, "avx512", SDPA_ISA_SCALAR, TABLE_AVX512, usable_avx512, F32 | BF16},
+    {SDPA_ISA_AVX2, "avx2", SDPA_ISA_SCALAR, TABLE_AVX2, usable_avx2, F32 | BF16},
 #endif
 #if defined(__aarch64__)
-    {SDPA_ISA_NEON, "neon", SDPA_ISA_SCALAR, TABLE_NEON, usable_neon, F32},
+    {SDPA_ISA_NEON_BF16, "neonbf16", SDPA_ISA_NEON, TABLE_NEONBF16, usable_neon_bf16, F32 | BF16},
+    {SDPA_ISA_NEON, "neon", SDPA_ISA_SCALAR, TABLE_NEON, usable_neon, F32 | BF16},
 #endif
-    {SDPA_ISA_SCALAR, "scalar", SDPA_ISA_AUTO, &sdpa_kernels_scalar, usable_always, F32},
+    {SDPA_ISA_SCALAR, "scalar", SDPA_ISA_AUTO, &sdpa_kernels_scalar, usable_always, F32 | BF16},
 };
 enum { NROWS = sizeof rows / sizeof rows[0] };
 
 /* Every ISA value names a row on some target; rows of other targets are listed as not
  * built, so names and lookups work everywhere. */
 static const row foreign[] = {
-    {SDPA_ISA_AVX2, "avx2", SDPA_ISA_SCALAR, NULL, NULL, 0},
+    {SDPA_ISA_AMX, "amx", SDPA_ISA_AVX512_BF16, NULL, NULL, 0},
+    {SDPA_ISA_AVX512_BF16, "avx512bf16", SDPA_ISA_AVX512, NULL, NULL, 0},
     {SDPA_ISA_AVX512, "avx512", SDPA_ISA_SCALAR, NULL, NULL, 0},
+    {SDPA_ISA_AVX2, "avx2", SDPA_ISA_SCALAR, NULL, NULL, 0},
+    {SDPA_ISA_NEON_BF16, "neonbf16", SDPA_ISA_NEON, NULL, NULL, 0},
     {SDPA_ISA_NEON, "neon", SDPA_ISA_SCALAR, NULL, NULL, 0},
 };
 
@@ -248,27 +306,52 @@ static void overlay(sdpa_kernels *dst, const sdpa_kernels *src) {
         dst->br = src->br;
     if (src->bc)
         dst->bc = src->bc;
-    if (src->kp_align)
-        dst->kp_align = src->kp_align;
 #define TAKE(f)          \
     if (src->f)          \
         dst->f = src->f;
+    TAKE(kp_align)
+    TAKE(kpb_align)
+    TAKE(vpb_align)
     TAKE(pack_k)
     TAKE(qk)
     TAKE(qk_rows)
     TAKE(softmax)
     TAKE(pv)
     TAKE(vexp)
+    TAKE(pack_k_bf16)
+    TAKE(qk_bf16)
+    TAKE(pack_v_bf16)
+    TAKE(pv_bf16)
 #undef TAKE
 }
 
-/* A composed table is complete when every entry is set; pack_k and qk come from the same
- * row (Kp's layout is private to the table that packs it). */
+/* A composed table is complete when every fp32 entry is set and its dedicated bf16
+ * tiles are all set or all absent (then the driver computes SDPA_COMPUTE_BF16 with the
+ * fp32 tiles on operands rounded to bf16: exact products of bf16 values are exact in
+ * fp32, so the mode's arithmetic is the same). A packing function and the kernel that
+ * reads what it packed come from the same row (the layout is private to the table that
+ * packs). */
 static int complete(const sdpa_kernels *k, const sdpa_kernels *own) {
-    _Static_assert(SDPA_KERNELS_NFUNCS == 6, "complete() must check every entry");
-    const int pair = own == NULL || (own->pack_k == NULL) == (own->qk == NULL);
-    return k->br > 0 && k->bc > 0 && k->kp_align > 0 && k->pack_k && k->qk && k->qk_rows &&
-           k->softmax && k->pv && k->vexp && pair;
+    _Static_assert(SDPA_KERNELS_NFUNCS == 10, "complete() must check every entry");
+    const int pairs = own == NULL || ((own->pack_k == NULL) == (own->qk == NULL) &&
+                                      (own->pack_k_bf16 == NULL) == (own->qk_bf16 == NULL) &&
+                                      (own->pack_v_bf16 == NULL) == (own->pv_bf16 == NULL));
+    const int f32 = k->br > 0 && k->bc > 0 && k->kp_align > 0 && k->pack_k && k->qk &&
+                    k->qk_rows && k->softmax && k->pv && k->vexp;
+    const int nb = !!k->pack_k_bf16 + !!k->qk_bf16 + !!k->pack_v_bf16 + !!k->pv_bf16;
+    const int bf16 = nb == 0 || (nb == 4 && k->kpb_align > 0 && k->vpb_align > 0);
+    return f32 && bf16 && pairs;
+}
+
+/* The modes whose tiles a row's own table provides (the rest it inherits from its base):
+ * the tests run a mode's suites on the rows that own its tiles. */
+static unsigned own_modes(const sdpa_kernels *t) {
+    unsigned m = 0;
+    if (t->pack_k || t->qk || t->qk_rows || t->softmax || t->pv || t->vexp)
+        m |= F32;
+    if (t->pack_k_bf16 || t->qk_bf16 || t->pack_v_bf16 || t->pv_bf16)
+        m |= BF16;
+    return m;
 }
 
 static void build_registry(void) {
@@ -284,6 +367,17 @@ static void build_registry(void) {
                 continue; /* its base is not built: neither is it */
             k = composed[r->base];
         }
+        if (r->base == SDPA_ISA_SCALAR) {
+            /* the scalar table's bf16 tiles are an emulation, orders of magnitude slower
+             * than a SIMD table's fp32 ones: a SIMD row has dedicated bf16 tiles only if
+             * it (or a SIMD base) provides them, else the driver computes the mode with
+             * its fp32 tiles on rounded operands */
+            k.kpb_align = k.vpb_align = 0;
+            k.pack_k_bf16 = NULL;
+            k.qk_bf16 = NULL;
+            k.pack_v_bf16 = NULL;
+            k.pv_bf16 = NULL;
+        }
         overlay(&k, r->table);
         k.isa = r->isa;
         k.name = r->name;
@@ -297,15 +391,19 @@ static void build_registry(void) {
     }
     for (int i = 0; i < NROWS; i++) {
         const row *r = &rows[i];
-        infos[ninfos++] = (sdpa_isa_info){r->isa, r->name, have[r->isa] ? &composed[r->isa] : NULL,
-                                          have[r->isa] && r->usable(), r->computes};
+        infos[ninfos++] = (sdpa_isa_info){r->isa,          r->name,
+                                          have[r->isa] ? &composed[r->isa] : NULL,
+                                          have[r->isa] && r->usable(),
+                                          r->computes,     r->base,
+                                          have[r->isa] ? own_modes(r->table) : 0};
     }
     for (size_t i = 0; i < sizeof foreign / sizeof foreign[0]; i++) {
         int listed = 0;
         for (int j = 0; j < ninfos; j++)
             listed |= infos[j].isa == foreign[i].isa;
         if (!listed)
-            infos[ninfos++] = (sdpa_isa_info){foreign[i].isa, foreign[i].name, NULL, 0, 0};
+            infos[ninfos++] =
+                (sdpa_isa_info){foreign[i].isa, foreign[i].name, NULL, 0, 0, foreign[i].base, 0};
     }
 }
 

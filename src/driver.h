@@ -52,6 +52,10 @@ struct sdpa_plan {
                              varlen with rows no sequence owns) */
     int ldq, lds, ldo;
     int k_in_place;       /* QK^T by qk_rows on K in place, not pack_k + qk */
+    int bf16;             /* SDPA_COMPUTE_BF16: Q, K, V and P enter the products as bf16 */
+    int bf16_tiles;       /* ... through the table's bf16 tiles (pack_k_bf16 + qk_bf16,
+                             pack_v_bf16 + pv_bf16), not the fp32 ones on rounded operands */
+    int ldqb;             /* bf16 tiles: Qb's row stride in elements, round_up(Dk, 32) */
     size_t scratch_bytes; /* per worker */
     float *part;          /* split-KV partials: units x partial_floats, or NULL */
     counters *counts;     /* per unit, or NULL: not counted */
@@ -74,6 +78,9 @@ typedef struct rows {
  * leading dimension a multiple of 16 floats (kernels/ukernel.h). */
 typedef struct scratch {
     float *q, *kp, *s, *o;
+    uint16_t *qb, *kpb, *vpb; /* bf16 tiles: Q rows, the packed K and V blocks */
+    uint16_t *kb, *vb;        /* bf16 through the fp32 tiles: a block of K or V rows
+                                 rounded to bf16, row-major */
     float *m, *l, *alpha, *tmp;
     float *wts;            /* nchunks floats: the merge's coefficients */
     float *lses;           /* nchunks floats: one row's partial lse values */
@@ -118,6 +125,16 @@ void run_keys(const plan *pl, const rows *it, const scratch *w, int64_t ja, int6
 
 /* ---- mask.c ---- */
 
+/* A block of V rows as P V reads them: caller memory (the problem's row stride and
+ * dtype), or a copy rounded to bf16 in scratch. */
+typedef struct vrows {
+    const char *v;
+    int64_t ld;     /* elements between rows */
+    sdpa_dtype dt;
+} vrows;
+/* 1 if the n x dv block of V rows (ldv elements apart, stored as dt) is all finite. */
+int v_block_finite(const char *v, int64_t ldv, sdpa_dtype dt, int n, int dv);
+
 /* What prepare_block found in a block: keys outside some row's range (so P V must skip
  * them per row), keys an explicit mask hides inside the ranges. */
 enum { MASKED_RANGE = 1, MASKED_EXPLICIT = 2 };
@@ -136,7 +153,7 @@ void dropout_block(const plan *pl, const rows *it, const scratch *w, int ra, int
 /* O rows [ra, rb) += P V for one block of n keys at v, exact for the masking
  * prepare_block reported (masked): a hidden key's V never enters a result. */
 void pv_block(const plan *pl, const rows *it, const scratch *w, int ra, int rb, int64_t j0,
-              int n, const char *v, int masked);
+              int n, const vrows *v, int masked);
 
 /* ---- finalize.c ---- */
 

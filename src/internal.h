@@ -170,6 +170,9 @@ typedef struct sdpa_isa_info {
                                      incomplete) */
     int usable;                   /* built in and runnable on this CPU and OS */
     unsigned computes;            /* the sdpa_compute modes it computes (bit per value) */
+    sdpa_isa base;                /* the row its table starts from (SDPA_ISA_AUTO: none) */
+    unsigned own;                 /* the modes whose tiles its own table provides (the
+                                     others' are its base's) */
 } sdpa_isa_info;
 
 /* Every ISA the library knows, in order of preference (the automatic choice is the first

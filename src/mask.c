@@ -168,7 +168,7 @@ void dropout_block(const plan *pl, const rows *it, const scratch *w, int ra, int
 /* 1 if every element of the block's V rows (stored as dt) is finite, so 0 * V is 0: no
  * element has an all-ones exponent field (binary32 0x7f800000, binary16 0x7c00,
  * bfloat16 0x7f80). */
-static int v_block_finite(const char *v, int64_t ldv, sdpa_dtype dt, int n, int dv) {
+int v_block_finite(const char *v, int64_t ldv, sdpa_dtype dt, int n, int dv) {
     uint32_t acc = 0;
     for (int j = 0; j < n; j++) {
         const char *row = v + (size_t)(j * ldv) * sdpa_dtype_size(dt);
@@ -195,16 +195,18 @@ static int v_block_finite(const char *v, int64_t ldv, sdpa_dtype dt, int n, int 
  * "RANGE_ROW_GROUP"). */
 #define RANGE_ROW_GROUP 8
 
-/* Key j of a block of V rows starting at v (caller memory, stored as the problem's vt). */
-static const char *v_row(const plan *pl, const char *v, int64_t j) {
-    return v + (size_t)(j * pl->p.vs[2]) * sdpa_dtype_size(pl->p.vt);
+/* Key j of a block of V rows. */
+static const vrows *v_from(const vrows *v, int64_t j, vrows *tmp) {
+    *tmp = *v;
+    tmp->v += (size_t)(j * v->ld) * sdpa_dtype_size(v->dt);
+    return tmp;
 }
 
 /* O rows += (rescaled by alpha unless NULL) P rows x n V rows from v: the table's pv on
  * the scratch rows starting at S row p and O row o. */
-static void pv_call(const plan *pl, int m, int n, const float *p, const char *v,
+static void pv_call(const plan *pl, int m, int n, const float *p, const vrows *v,
                     const float *alpha, float *o) {
-    pl->kt->pv(m, n, (int)pl->p.Dv, p, pl->lds, v, pl->p.vs[2], pl->p.vt, alpha, o, pl->ldo);
+    pl->kt->pv(m, n, (int)pl->p.Dv, p, pl->lds, v->v, v->ld, v->dt, alpha, o, pl->ldo);
 }
 
 /* P V of rows [ra, rb) of a block where each row sees one contiguous range [a_r, e_r) of
@@ -214,7 +216,8 @@ static void pv_call(const plan *pl, int m, int n, const float *p, const char *v,
  * extra keys beyond it run row by row. A row that sees none of the block is skipped: its
  * step is the identity. */
 static void pv_ranges(const plan *pl, const rows *it, const scratch *w, int ra, int rb,
-                      int64_t j0, int n, const char *v) {
+                      int64_t j0, int n, const vrows *v) {
+    vrows t;
     const int Dv = (int)pl->p.Dv;
     int r = ra;
     while (r < rb) {
@@ -243,7 +246,7 @@ static void pv_ranges(const plan *pl, const rows *it, const scratch *w, int ra, 
         }
         const int common = A < E;
         if (common)
-            pv_call(pl, g1 - r, E - A, w->s + (size_t)r * (size_t)pl->lds + A, v_row(pl, v, A),
+            pv_call(pl, g1 - r, E - A, w->s + (size_t)r * (size_t)pl->lds + A, v_from(v, A, &t),
                     w->alpha + r, w->o + (size_t)r * (size_t)pl->ldo);
         for (int q = r; q < g1; q++) {
             const int qa = ga[q - r], qe = ge[q - r];
@@ -254,13 +257,13 @@ static void pv_ranges(const plan *pl, const rows *it, const scratch *w, int ra, 
             if (!common) { /* its whole range, after the rescale no common call did */
                 for (int d = 0; d < Dv; d++)
                     orow[d] *= w->alpha[q];
-                pv_call(pl, 1, qe - qa, prow + qa, v_row(pl, v, qa), NULL, orow);
+                pv_call(pl, 1, qe - qa, prow + qa, v_from(v, qa, &t), NULL, orow);
                 continue;
             }
             if (qa < A) /* left of the common range */
-                pv_call(pl, 1, A - qa, prow + qa, v_row(pl, v, qa), NULL, orow);
+                pv_call(pl, 1, A - qa, prow + qa, v_from(v, qa, &t), NULL, orow);
             if (qe > E) /* right of it */
-                pv_call(pl, 1, qe - E, prow + E, v_row(pl, v, E), NULL, orow);
+                pv_call(pl, 1, qe - E, prow + E, v_from(v, E, &t), NULL, orow);
         }
         r = g1;
     }
@@ -269,7 +272,8 @@ static void pv_ranges(const plan *pl, const rows *it, const scratch *w, int ra, 
 /* P V over only the keys each row sees: the exact path for a masked block whose V holds
  * inf or NaN. */
 static void pv_visible_only(const plan *pl, const scratch *w, int ra, int rb, int n,
-                            const char *v) {
+                            const vrows *v) {
+    vrows t;
     const int Dv = (int)pl->p.Dv;
     for (int r = ra; r < rb; r++) {
         float *orow = w->o + (size_t)r * (size_t)pl->ldo;
@@ -285,19 +289,19 @@ static void pv_visible_only(const plan *pl, const scratch *w, int ra, int rb, in
             int e = j;
             while (e < n && !hid[e])
                 e++;
-            pv_call(pl, 1, e - j, prow + j, v_row(pl, v, j), NULL, orow);
+            pv_call(pl, 1, e - j, prow + j, v_from(v, j, &t), NULL, orow);
             j = e;
         }
     }
 }
 
 void pv_block(const plan *pl, const rows *it, const scratch *w, int ra, int rb, int64_t j0,
-              int n, const char *v, int masked) {
+              int n, const vrows *v, int masked) {
     const sdpa_problem *p = &pl->p;
     const int mb = rb - ra;
     float *s_ra = w->s + (size_t)ra * (size_t)pl->lds;
     if (masked & MASKED_EXPLICIT) {
-        if (v_block_finite(v, p->vs[2], p->vt, n, (int)p->Dv))
+        if (v_block_finite(v->v, v->ld, v->dt, n, (int)p->Dv))
             pv_call(pl, mb, n, s_ra, v, w->alpha + ra, w->o + (size_t)ra * (size_t)pl->ldo);
         else
             pv_visible_only(pl, w, ra, rb, n, v);

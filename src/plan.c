@@ -53,10 +53,15 @@
 
 static size_t scratch_layout(const plan *pl, char *base, scratch *w) {
     const sdpa_problem *p = &pl->p;
+    const sdpa_kernels *kt = pl->kt;
     const size_t br = (size_t)pl->br, bc = (size_t)pl->bc;
-    const size_t kp = pl->k_in_place
-                          ? 0
-                          : round_up((size_t)pl->bc, (size_t)pl->kt->kp_align) * (size_t)p->Dk;
+    const size_t dk32 = round_up((size_t)p->Dk, 32), dv32 = round_up((size_t)p->Dv, 32);
+    const int tiles = pl->bf16_tiles, forward = pl->mode == PLAN_FORWARD;
+    const size_t kp = pl->k_in_place || tiles ? 0 : round_up(bc, (size_t)kt->kp_align) * (size_t)p->Dk;
+    /* the bf16 mode through the fp32 tiles rounds K and V blocks stored in another
+     * dtype into scratch first (P V's exact masked paths do so with the bf16 tiles too) */
+    const size_t kb = pl->bf16 && !tiles && p->kt != SDPA_BF16 ? bc * (size_t)p->Dk : 0;
+    const size_t vb = pl->bf16 && forward && p->vt != SDPA_BF16 ? bc * (size_t)p->Dv : 0;
     size_t off = 0;
 #define CARVE(field, type, count)                                                        \
     do {                                                                                 \
@@ -66,6 +71,11 @@ static size_t scratch_layout(const plan *pl, char *base, scratch *w) {
     } while (0)
     CARVE(q, float, br * (size_t)pl->ldq);
     CARVE(kp, float, kp);
+    CARVE(qb, uint16_t, tiles ? br * (size_t)pl->ldqb : 0);
+    CARVE(kpb, uint16_t, tiles ? round_up(bc, (size_t)kt->kpb_align) * dk32 : 0);
+    CARVE(vpb, uint16_t, tiles && forward ? round_up(bc, (size_t)kt->vpb_align) * dv32 : 0);
+    CARVE(kb, uint16_t, kb);
+    CARVE(vb, uint16_t, vb);
     CARVE(s, float, br * (size_t)pl->lds);
     CARVE(o, float, br * (size_t)pl->ldo);
     CARVE(m, float, br);
@@ -114,9 +124,19 @@ void plan_init(plan *pl, const sdpa_kernels *kt, const sdpa_problem *p, int mode
     pl->items = pl->nbh * pl->items_per_bh;
     pl->mrows = (int)min64(pl->br, pl->rows_per_bh);
     pl->ldq = (int)round_up((size_t)p->Dk, 16);
-    pl->lds = (int)round_up(round_up((size_t)kt->bc, (size_t)kt->kp_align), 16);
     pl->ldo = (int)round_up((size_t)p->Dv, 16);
     pl->k_in_place = pl->mrows <= QK_ROWS_MAX;
+    /* bf16 compute: the table's bf16 tiles where it has them and the items are large
+     * enough to pack K; else the fp32 tiles on operands rounded to bf16 (the same
+     * arithmetic: a product of two bf16 values is exact in fp32) */
+    pl->bf16 = p->compute == SDPA_COMPUTE_BF16;
+    pl->bf16_tiles = pl->bf16 && kt->qk_bf16 != NULL && !pl->k_in_place;
+    pl->ldqb = (int)round_up((size_t)p->Dk, 32);
+    /* S holds a block padded to the packing's key multiple */
+    size_t scols = round_up((size_t)kt->bc, (size_t)kt->kp_align);
+    if (pl->bf16_tiles)
+        scols = round_up((size_t)kt->bc, (size_t)kt->kpb_align);
+    pl->lds = (int)round_up(scols, 16);
 
     /* Split-KV, from the shape alone (never the thread count): chunks of at least
      * SPLIT_CHUNK_MIN keys, about SPLIT_UNITS units, as many as fit SPLIT_PARTIAL_FLOATS

@@ -45,6 +45,32 @@ void gather_q(const plan *pl, const rows *it, const scratch *w) {
         else
             for (int64_t d = 0; d < p->Dk; d++)
                 dst[d] = sdpa_load_as_f32(src, d, p->qt);
+        if (!pl->bf16)
+            continue;
+        /* bf16 compute: Q rounded once; Qb zero beyond Dk, as qk_bf16 reads it */
+        uint16_t *qb = pl->bf16_tiles ? w->qb + (size_t)r * (size_t)pl->ldqb : NULL;
+        for (int64_t d = 0; d < p->Dk; d++) {
+            const uint16_t h = sdpa_f32_to_bf16(dst[d]);
+            dst[d] = sdpa_bf16_to_f32(h);
+            if (qb)
+                qb[d] = h;
+        }
+        if (qb)
+            memset(qb + p->Dk, 0, (size_t)(pl->ldqb - p->Dk) * sizeof(uint16_t));
+    }
+}
+
+/* The n x dim block of rows at src (ld elements apart, stored as dt) rounded to bf16,
+ * row-major with rows dim apart, into dst: the bf16 mode's operands for the fp32
+ * tiles, which then read them as bf16 storage. */
+static void round_rows_bf16(int n, int64_t dim, const char *src, int64_t ld, sdpa_dtype dt,
+                            uint16_t *dst) {
+    const size_t es = sdpa_dtype_size(dt);
+    for (int j = 0; j < n; j++) {
+        const char *row = src + (size_t)(j * ld) * es;
+        uint16_t *out = dst + (size_t)j * (size_t)dim;
+        for (int64_t d = 0; d < dim; d++)
+            out[d] = sdpa_f32_to_bf16(sdpa_load_as_f32(row, d, dt));
     }
 }
 
@@ -74,15 +100,61 @@ static void block_scores(const plan *pl, const scratch *w, const char *kblock, i
                          int rb) {
     const sdpa_problem *p = &pl->p;
     const sdpa_kernels *kt = pl->kt;
-    const float *q = w->q + (size_t)ra * (size_t)pl->ldq;
     float *s = w->s + (size_t)ra * (size_t)pl->lds;
-    if (pl->k_in_place) {
-        kt->qk_rows(rb - ra, n, (int)p->Dk, p->scale, q, pl->ldq, kblock, p->ks[2], p->kt, s,
-                    pl->lds);
+    if (pl->bf16_tiles) {
+        kt->pack_k_bf16(n, (int)p->Dk, kblock, p->ks[2], p->kt, w->kpb);
+        kt->qk_bf16(rb - ra, n, (int)p->Dk, p->scale, w->qb + (size_t)ra * (size_t)pl->ldqb,
+                    pl->ldqb, w->kpb, s, pl->lds);
         return;
     }
-    kt->pack_k(n, (int)p->Dk, kblock, p->ks[2], p->kt, w->kp);
+    const float *q = w->q + (size_t)ra * (size_t)pl->ldq;
+    const char *k = kblock;
+    int64_t ldk = p->ks[2];
+    sdpa_dtype dt = p->kt;
+    if (pl->bf16 && dt != SDPA_BF16) { /* Q is rounded already (gather_q) */
+        round_rows_bf16(n, p->Dk, kblock, ldk, dt, w->kb);
+        k = (const char *)w->kb;
+        ldk = p->Dk;
+        dt = SDPA_BF16;
+    }
+    if (pl->k_in_place) {
+        kt->qk_rows(rb - ra, n, (int)p->Dk, p->scale, q, pl->ldq, k, ldk, dt, s, pl->lds);
+        return;
+    }
+    kt->pack_k(n, (int)p->Dk, k, ldk, dt, w->kp);
     kt->qk(rb - ra, n, (int)p->Dk, p->scale, q, pl->ldq, w->kp, s, pl->lds);
+}
+
+/* P V for rows [ra, rb) of one block of n keys at v (caller memory), after the softmax
+ * (and dropout) left P in S. fp32: pv_block, exact for the masking `masked` reports.
+ * bf16: with the bf16 tiles when nothing is masked or V is finite (a hidden key's P is
+ * exactly 0 and rounds to 0, so 0 x V adds nothing); else P rounded to bf16 in place, V
+ * rounded into scratch unless stored as bf16, and pv_block's exact paths on the fp32
+ * tiles, which then multiply exactly the mode's operands. */
+static void block_pv(const plan *pl, const rows *it, const scratch *w, int ra, int rb,
+                     int64_t j0, int n, const char *v, int masked) {
+    const sdpa_problem *p = &pl->p;
+    const int Dv = (int)p->Dv;
+    float *s = w->s + (size_t)ra * (size_t)pl->lds;
+    if (pl->bf16_tiles && (!masked || v_block_finite(v, p->vs[2], p->vt, n, Dv))) {
+        pl->kt->pack_v_bf16(n, Dv, v, p->vs[2], p->vt, w->vpb);
+        pl->kt->pv_bf16(rb - ra, n, Dv, s, pl->lds, w->vpb, w->alpha + ra,
+                        w->o + (size_t)ra * (size_t)pl->ldo, pl->ldo);
+        return;
+    }
+    vrows vr = {v, p->vs[2], p->vt};
+    if (pl->bf16) {
+        for (int r = 0; r < rb - ra; r++) {
+            float *pr = s + (size_t)r * (size_t)pl->lds;
+            for (int j = 0; j < n; j++)
+                pr[j] = sdpa_bf16_to_f32(sdpa_f32_to_bf16(pr[j]));
+        }
+        if (p->vt != SDPA_BF16) {
+            round_rows_bf16(n, p->Dv, v, p->vs[2], p->vt, w->vb);
+            vr = (vrows){(const char *)w->vb, p->Dv, SDPA_BF16};
+        }
+    }
+    pv_block(pl, it, w, ra, rb, j0, n, &vr, masked);
 }
 
 /* The weights mode's step on one block of scores (rows [ra, rb), after prepare_block if
@@ -184,7 +256,7 @@ void run_keys(const plan *pl, const rows *it, const scratch *w, int64_t ja, int6
                           (int)min64(jb - j1, pl->bc), (size_t)Dk * kes);
         if (p->dropout_p != 0.0f)
             dropout_block(pl, it, w, ra, rb, j0, n);
-        pv_block(pl, it, w, ra, rb, j0, n, v, masked);
+        block_pv(pl, it, w, ra, rb, j0, n, v, masked);
         j0 = j1;
     }
 }

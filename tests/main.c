@@ -15,6 +15,11 @@
 
 int th_quick;
 
+/* How often a suite runs: once; once per usable ISA whose own table has fp32 tiles (a
+ * row that inherits them all, like avx512bf16 from avx512, would repeat its base's runs
+ * bit for bit); once per usable ISA. */
+enum { ONCE = 0, PER_F32_ISA = 1, PER_ISA = 2 };
+
 typedef struct suite {
     const char *name;
     void (*fn)(void);
@@ -22,14 +27,23 @@ typedef struct suite {
 } suite;
 
 static const suite suites[] = {
-    {"api", suite_api, 0},         {"seeds", suite_seeds, 1},   {"sweep", suite_sweep, 1},
-    {"layout", suite_layout, 1},   {"threads", suite_threads, 1}, {"skip", suite_skip, 1},
-    {"traps", suite_traps, 1},     {"broken", suite_broken, 1},
-    {"ukernel", suite_ukernel, 1}, {"features", suite_features, 1},
-    {"layer", suite_layer, 1},
-    {"extremes", suite_extremes, 1}, {"fuzzcases", suite_fuzzcases, 1},
-    {"alloc", suite_alloc, 1},     {"plan", suite_plan, 1},
-    {"soak", suite_soak, 0},
+    {"api", suite_api, ONCE},
+    {"seeds", suite_seeds, PER_F32_ISA},
+    {"sweep", suite_sweep, PER_F32_ISA},
+    {"layout", suite_layout, PER_F32_ISA},
+    {"threads", suite_threads, PER_F32_ISA},
+    {"skip", suite_skip, PER_F32_ISA},
+    {"traps", suite_traps, PER_F32_ISA},
+    {"broken", suite_broken, PER_F32_ISA},
+    {"ukernel", suite_ukernel, PER_ISA},
+    {"features", suite_features, PER_F32_ISA},
+    {"bf16", suite_bf16, PER_ISA},
+    {"layer", suite_layer, PER_F32_ISA},
+    {"extremes", suite_extremes, PER_F32_ISA},
+    {"fuzzcases", suite_fuzzcases, PER_ISA},
+    {"alloc", suite_alloc, PER_F32_ISA},
+    {"plan", suite_plan, PER_F32_ISA},
+    {"soak", suite_soak, ONCE},
 };
 enum { NSUITES = sizeof suites / sizeof suites[0] };
 
@@ -81,10 +95,14 @@ int main(int argc, char **argv) {
             why = "built, but this CPU/OS cannot run it";
         else if (only_isa && strcmp(only_isa, sdpa_isa_name(isa)) != 0)
             why = "not selected by --isa";
-        if (why)
+        if (why) {
             printf("isa %-7s skipped: %s\n", sdpa_isa_name(isa), why);
-        else
-            run[nrun++] = isa;
+            continue;
+        }
+        run[nrun++] = isa;
+        if (!(sdpa_isa_lookup(isa)->own & (1u << SDPA_COMPUTE_F32)))
+            printf("isa %-7s runs the ukernel, bf16 and fuzzcases suites only: its fp32 tiles are "
+                   "%s's\n", sdpa_isa_name(isa), sdpa_isa_name(sdpa_isa_lookup(isa)->base));
     }
     if (only_isa && nrun == 0) {
         fprintf(stderr, "--isa %s: not usable here\n", only_isa);
@@ -98,6 +116,9 @@ int main(int argc, char **argv) {
         const int reps = suites[s].per_isa ? nrun : 1;
         for (int r = 0; r < reps; r++) {
             th_isa = suites[s].per_isa ? run[r] : SDPA_ISA_AUTO;
+            if (suites[s].per_isa == PER_F32_ISA &&
+                !(sdpa_isa_lookup(th_isa)->own & (1u << SDPA_COMPUTE_F32)))
+                continue;
             const int f0 = th_failed, p0 = th_passed;
             const double ts = now();
             suites[s].fn();

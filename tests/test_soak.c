@@ -111,6 +111,8 @@ static void setup(void) {
         /* the last one follows the process-wide ISA; the others cycle through the ISAs */
         s->isa = k == ncfg - 1 ? SDPA_ISA_AUTO : usable_isas[k % nusable];
         th_tensors_make(&s->t, &s->c);
+        if (k == 0 || k == 4) /* the bf16 compute mode, on its tiles and the fp32 ones */
+            s->t.desc.compute = SDPA_COMPUTE_BF16;
         s->obytes = s->t.elems[3] * dt_bytes(s->t.o.dtype);
         s->lbytes = s->t.elems[4] * sizeof(float);
         s->pristine_o = dup(s->t.o.data, s->obytes);

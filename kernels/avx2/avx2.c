@@ -35,7 +35,6 @@ static void pv_chunk(int nv, const pv_chunk_args *a) {
         pv_6x2v(a);
 }
 
-_Static_assert(SDPA_KERNELS_NFUNCS == 6, "the avx2 table must provide every tile function");
 
 /* Br = 96, a multiple of every row tile (12, 6), and near Bc = 64, which the skip
  * counters' tests assume. */

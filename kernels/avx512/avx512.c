@@ -47,7 +47,6 @@ static void pv_chunk(int nv, const pv_chunk_args *a) {
     }
 }
 
-_Static_assert(SDPA_KERNELS_NFUNCS == 6, "the avx512 table must provide every tile function");
 
 /* Br = 96, a multiple of every row tile (12, 8, 6, 4, 3), and near Bc = 64, which the
  * skip counters' tests assume. */

@@ -10,7 +10,9 @@
  * unless SDPA_ISA=scalar asks.
  *
  * Kp layout: transposed, Kp[d * n + j] = K[j][d], so qk's inner loop runs over
- * contiguous keys. kp_align is 1: no padding.
+ * contiguous keys. kp_align is 1: no padding. It also computes the bf16 mode
+ * (SDPA_COMPUTE_BF16) by emulating its roundings exactly, so the mode exists on every
+ * target.
  */
 #include <math.h>
 #include <stddef.h>
@@ -114,10 +116,72 @@ static void scalar_vexp(int n, const float *x, float *y) {
         y[i] = expf(x[i]);
 }
 
-_Static_assert(SDPA_KERNELS_NFUNCS == 6, "the scalar table must provide every tile function");
+/* ---- bf16 compute: the mode's roundings emulated exactly ------------------------------
+ * Kpb and Vpb are row-major bf16 ([key][dim], dims padded to 32 with zeros); each sum is
+ * a plain fp32 loop over exact products of bf16 values, in dim (QK^T) or key (P V)
+ * order. */
+
+static float bf16r(float x) { return sdpa_bf16_to_f32(sdpa_f32_to_bf16(x)); }
+
+static int pad32(int d) { return (d + 31) & ~31; }
+
+static void pack_rows_bf16(int n, int dim, const void *src, int64_t ld, sdpa_dtype dt,
+                           uint16_t *dst) {
+    const int w = pad32(dim);
+    for (int j = 0; j < n; j++) {
+        const char *row = (const char *)src + (size_t)j * (size_t)ld * elem_bytes(dt);
+        for (int d = 0; d < w; d++)
+            dst[(size_t)j * (size_t)w + (size_t)d] =
+                d < dim ? sdpa_f32_to_bf16(sdpa_load_as_f32(row, d, dt)) : 0;
+    }
+}
+
+static void scalar_pack_k_bf16(int n, int dk, const void *k, int64_t ldk, sdpa_dtype dt,
+                               uint16_t *kp) {
+    pack_rows_bf16(n, dk, k, ldk, dt, kp);
+}
+
+static void scalar_qk_bf16(int m, int n, int dk, float scale, const uint16_t *q, int ldq,
+                           const uint16_t *kp, float *s, int lds) {
+    const int w = pad32(dk);
+    for (int r = 0; r < m; r++)
+        for (int j = 0; j < n; j++) {
+            float acc = 0.0f;
+            for (int d = 0; d < dk; d++)
+                acc += sdpa_bf16_to_f32(q[(size_t)r * (size_t)ldq + (size_t)d]) *
+                       sdpa_bf16_to_f32(kp[(size_t)j * (size_t)w + (size_t)d]);
+            s[(size_t)r * (size_t)lds + (size_t)j] = scale * acc;
+        }
+}
+
+static void scalar_pack_v_bf16(int n, int dv, const void *v, int64_t ldv, sdpa_dtype dt,
+                               uint16_t *vp) {
+    pack_rows_bf16(n, dv, v, ldv, dt, vp);
+}
+
+static void scalar_pv_bf16(int m, int n, int dv, const float *p, int ldp, const uint16_t *vp,
+                           const float *alpha, float *o, int ldo) {
+    const int w = pad32(dv);
+    for (int r = 0; r < m; r++) {
+        float *orow = o + (size_t)r * (size_t)ldo;
+        const float *pr = p + (size_t)r * (size_t)ldp;
+        if (alpha)
+            for (int d = 0; d < dv; d++)
+                orow[d] *= alpha[r];
+        for (int j = 0; j < n; j++) {
+            const float pj = bf16r(pr[j]);
+            for (int d = 0; d < dv; d++)
+                orow[d] += pj * sdpa_bf16_to_f32(vp[(size_t)j * (size_t)w + (size_t)d]);
+        }
+    }
+}
+
 
 const sdpa_kernels sdpa_kernels_scalar = {
     .isa = SDPA_ISA_SCALAR, .name = "scalar", .br = 32, .bc = 64, .kp_align = 1,
+    .kpb_align = 1, .vpb_align = 1,
     .pack_k = scalar_pack_k, .qk = scalar_qk, .qk_rows = scalar_qk_rows,
     .softmax = scalar_softmax, .pv = scalar_pv, .vexp = scalar_vexp,
+    .pack_k_bf16 = scalar_pack_k_bf16, .qk_bf16 = scalar_qk_bf16,
+    .pack_v_bf16 = scalar_pack_v_bf16, .pv_bf16 = scalar_pv_bf16,
 };

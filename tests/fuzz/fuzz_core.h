@@ -42,7 +42,7 @@ enum fz_field {
     FZ_CAUSAL,
     FZ_SCALE,
     FZ_SOFTCAP,
-    FZ_MODS,     /* bit 0 ALiBi, bit 1 sinks, bit 2 no lse, bit 3 stats */
+    FZ_MODS,     /* bit 0 ALiBi, bit 1 sinks, bit 2 no lse, bit 3 stats, bit 4 bf16 compute */
     FZ_MASK,     /* bits 0-1 kind, 2-3 dtype, 4-6 broadcast (b, h, rows), 7 huge stride_b */
     FZ_MASK_HIDDEN, /* bits 0-1 fraction hidden, 2-3 which huge stride_b (FZ_MASK bit 7) */
     FZ_LENS,
@@ -64,7 +64,7 @@ enum fz_field {
 
 /* Deliberate faults (FZ_FAULT values below this); each must make both entry points fail
  * with the outputs untouched. */
-#define FZ_NFAULTS 34
+#define FZ_NFAULTS 35
 
 /* Bytes of the data seed after the header, and of one injection. */
 #define FZ_SEED_BYTES 8
