@@ -319,6 +319,20 @@ std::vector<Case> make_cases(std::vector<Shape> &shapes, const Suite &su,
                              const Ceilings &ce, const std::string &filter,
                              std::vector<std::string> &notes) {
     const bool have_simd = isas.front() != SDPA_ISA_SCALAR;
+    // Which rows time which mode: fp32 shapes on the tables with fp32 tiles of their own
+    // (a bf16 table inherits its base's, which would time the same code twice); bf16
+    // shapes on the tables with bf16 tiles of their own except the scalar emulation, or
+    // the best table (its fp32 tiles on rounded operands) where none has them.
+    const unsigned kF32 = 1u << SDPA_COMPUTE_F32, kBF16 = 1u << SDPA_COMPUTE_BF16;
+    std::vector<sdpa_isa> f32_isas, bf16_isas;
+    for (sdpa_isa isa : isas) {
+        if (sb_isa_own(isa) & kF32)
+            f32_isas.push_back(isa);
+        if ((sb_isa_own(isa) & kBF16) && isa != SDPA_ISA_SCALAR)
+            bf16_isas.push_back(isa);
+    }
+    if (bf16_isas.empty())
+        bf16_isas.push_back(f32_isas.front());
     shapes.assign((size_t)(sb_suite_len + sb_linear_suite_len), Shape{});
     std::vector<Case> cases;
     std::string scalar_skipped;
@@ -340,8 +354,10 @@ std::vector<Case> make_cases(std::vector<Shape> &shapes, const Suite &su,
             if (matches(filter, c.name))
                 cases.push_back(c);
         };
-        for (sdpa_isa isa : isas) {
-            if (sh.s && sh.s->best_isa_only && !su.scalar_everywhere && isa != isas.front())
+        const std::vector<sdpa_isa> &rows =
+            sh.s && sh.s->c.compute == SDPA_COMPUTE_BF16 ? bf16_isas : f32_isas;
+        for (sdpa_isa isa : rows) {
+            if (sh.s && sh.s->best_isa_only && !su.scalar_everywhere && isa != rows.front())
                 continue;
             if (isa == SDPA_ISA_SCALAR && have_simd && !su.scalar_everywhere &&
                 (sh.flops > kScalarDefaultMaxFlops ||
@@ -361,7 +377,8 @@ std::vector<Case> make_cases(std::vector<Shape> &shapes, const Suite &su,
             for (int t : counts)
                 add(Kind::Blas, SDPA_ISA_AUTO, "openblas", t, ce.best_peak(t));
 #endif
-        add(Kind::Reference, SDPA_ISA_AUTO, "reference", 1, 0.0);
+        if (sh.s->c.compute == SDPA_COMPUTE_F32) // the fp32 shape's row shows the reference
+            add(Kind::Reference, SDPA_ISA_AUTO, "reference", 1, 0.0);
     }
     if (!scalar_skipped.empty()) {
         char b[256];

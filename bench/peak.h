@@ -27,6 +27,10 @@ double sb_peak_loop_scalar(int64_t iters, float *sink);
 double sb_peak_loop_avx2(int64_t iters, float *sink);
 double sb_peak_loop_avx512(int64_t iters, float *sink);
 double sb_peak_loop_neon(int64_t iters, float *sink);
+/* The bf16 tables' loops: vdpbf16ps, TDPBF16PS, BFMMLA (their rows' % of peak). */
+double sb_peak_loop_avx512bf16(int64_t iters, float *sink);
+double sb_peak_loop_amx(int64_t iters, float *sink);
+double sb_peak_loop_neonbf16(int64_t iters, float *sink);
 
 /* What the loop for isa measures ("AVX-512 FMA, 16 x 16 lanes", ...), or NULL when this
  * build has no loop for it or the ISA is not usable (the library's ISA registry: built

@@ -24,6 +24,13 @@
 /* A suite case: 64-byte-aligned heap buffers, the data stream of seed 1. */
 #define SHAPE(nm, ...) {.name = nm, .c = {.guard = SC_GUARD_NONE, .seed = 1, __VA_ARGS__}}
 #define F16_ALL {SDPA_F16, SDPA_F16, SDPA_F16, SDPA_F16}
+#define BF16_ALL {SDPA_BF16, SDPA_BF16, SDPA_BF16, SDPA_BF16}
+/* A shape under bf16 compute (include/sdpa.h, SDPA_COMPUTE_BF16), timed on the best table
+ * with bf16 tiles (or the best table, on its fp32 tiles, where none has them) beside
+ * the fp32 rows of the same shape. */
+#define BF16C(nm, ...)                                                                     \
+    {.name = nm, .best_isa_only = 1,                                                       \
+     .c = {.guard = SC_GUARD_NONE, .seed = 1, .compute = SDPA_COMPUTE_BF16, __VA_ARGS__}}
 /* A shape engines run, timed on the best ISA only in the default suite (every ISA in the
  * full one): the suite stays under its budget with them. */
 #define ENGINE(nm, ...)                                                                    \
@@ -49,6 +56,14 @@ const sb_shape sb_suite[] = {
           .Dv = 128, .dt = F16_ALL),
     SHAPE("long-causal", .B = 1, .Hq = 8, .Hkv = 8, .Tq = 8192, .Tkv = 8192, .Dk = 128,
           .Dv = 128, .causal = SDPA_CAUSAL_BOTTOM_RIGHT),
+    /* the bf16 compute mode on the shapes above; decode with a bf16 cache */
+    BF16C("prefill-causal-bf16", .B = 1, .Hq = 32, .Hkv = 32, .Tq = 2048, .Tkv = 2048,
+          .Dk = 128, .Dv = 128, .causal = SDPA_CAUSAL_BOTTOM_RIGHT),
+    BF16C("prefill-bf16", .B = 4, .Hq = 12, .Hkv = 12, .Tq = 512, .Tkv = 512, .Dk = 64, .Dv = 64),
+    BF16C("long-causal-bf16", .B = 1, .Hq = 8, .Hkv = 8, .Tq = 8192, .Tkv = 8192, .Dk = 128,
+          .Dv = 128, .causal = SDPA_CAUSAL_BOTTOM_RIGHT),
+    BF16C("decode-long-bf16", .B = 1, .Hq = 32, .Hkv = 8, .Tq = 1, .Tkv = 65536, .Dk = 128,
+          .Dv = 128, .dt = BF16_ALL),
     SHAPE("causal-1k", .B = 1, .Hq = 8, .Hkv = 8, .Tq = 1024, .Tkv = 1024, .Dk = 128,
           .Dv = 128, .causal = SDPA_CAUSAL_BOTTOM_RIGHT),
     SHAPE("window-8k", .B = 1, .Hq = 8, .Hkv = 8, .Tq = 8192, .Tkv = 8192, .Dk = 128,
@@ -172,7 +187,7 @@ int sb_is_plain(const sc_case *c) {
             return 0;
     return c->causal != SDPA_CAUSAL_TOP_LEFT && !c->window && c->softcap == 0.0f && !c->alibi &&
            !c->sinks && c->mask == SDPA_MASK_NONE && c->lens == SC_LENS_NONE && !c->kv_lens &&
-           c->dropout == 0.0f;
+           c->dropout == 0.0f && c->compute == SDPA_COMPUTE_F32;
 }
 
 const char *sb_case_str(const sc_case *c, char *buf, int n) {
@@ -193,6 +208,8 @@ const char *sb_case_str(const sc_case *c, char *buf, int n) {
         ADD(", %s", c->dt[0] == c->dt[1] && c->dt[0] == c->dt[2] && c->dt[0] == c->dt[3]
                         ? dtypes[c->dt[0]]
                         : "mixed dtypes");
+    if (c->compute == SDPA_COMPUTE_BF16)
+        ADD(", bf16 compute");
     if (c->window)
         ADD(", window (%lld,%lld)", (long long)c->wl, (long long)c->wr);
     if (c->softcap > 0.0f)
@@ -448,7 +465,13 @@ const char *sb_expect_scope(const sb_expect *e, const sc_tensors *t, char *buf, 
 
 sc_error sb_compare(const sb_expect *e, const sc_tensors *t) {
     const sdpa_desc *d = &t->desc;
-    sc_error err = {0, 0, 0, 0};
+    sc_error err = {0};
+    if (d->compute == SDPA_COMPUTE_BF16) { /* the mode's bound, from the largest |v| */
+        double vmax = 0;
+        for (size_t i = 0; i < t->elems[2]; i++)
+            vmax = fmax(vmax, fabs((double)sc_load(t->bufs[2], i, t->v.dtype)));
+        err.abs_tol = sc_bf16_abs_tol(vmax);
+    }
     if (e->full) {
         const sdpa_tensor want = sdpa_tensor_bhtd(e->ref, SDPA_F32, d->heads_q, d->len_q, d->dim_v);
         sc_compare_view(&err, &t->o, &want, t->VB, d->heads_q, d->len_q, d->dim_v);
@@ -539,7 +562,7 @@ static void check_linear_elem(const sb_linear *l, int64_t r, int64_t c, sc_error
 sc_error sb_linear_check(const sb_linear *l) {
     const int64_t M = l->s.M, N = l->s.N;
     const int64_t rows[3] = {0, M / 2, M - 1}, cols[3] = {0, N / 2, N - 1};
-    sc_error err = {0, 0, 0, 0};
+    sc_error err = {0};
     for (int i = 0; i < 3; i++)
         for (int64_t c = 0; c < N; c++)
             check_linear_elem(l, rows[i], c, &err);
@@ -550,6 +573,11 @@ sc_error sb_linear_check(const sb_linear *l) {
 }
 
 /* ---- ISAs, clocks and cores ------------------------------------------------------ */
+
+unsigned sb_isa_own(sdpa_isa isa) {
+    const sdpa_isa_info *r = sdpa_isa_lookup(isa);
+    return r ? r->own : 0;
+}
 
 int sb_usable_isas(sdpa_isa *out, int max) {
     int n, k = 0;

@@ -157,6 +157,9 @@ sc_error sb_linear_check(const sb_linear *l);
 /* The ISAs this build has and this CPU runs, in the registry's order of preference (the
  * best first, scalar last): up to max of them in out; returns how many. */
 int sb_usable_isas(sdpa_isa *out, int max);
+/* The sdpa_compute modes (a bit per value) whose tiles isa's own table provides; the
+ * others it inherits from its base table (the ISA registry, src/dispatch.c). */
+unsigned sb_isa_own(sdpa_isa isa);
 /* Seconds on a monotonic clock. */
 double sb_now(void);
 /* CPUs this process may run on (its affinity mask), at least 1. */

@@ -94,6 +94,7 @@ typedef struct sc_case {
     int lens;         /* SC_LENS_* */
     const int64_t *kv_lens; /* [B] given key lengths (with lens SC_LENS_NONE), or NULL */
     float dropout;    /* desc.dropout_p (its seed derives from the case's seed) */
+    int compute;      /* desc.compute: an sdpa_compute value */
     int v_in_k;       /* V is a view of K's memory, its first Dv columns (Dv <= Dk; MLA's
                          latent cache, where V is the compressed part of K) */
 } sc_case;
@@ -111,6 +112,11 @@ typedef struct sc_tensors {
     float *slopes, *sinks;
     int64_t *qlens, *kvlens, *cuq, *cukv;
 } sc_tensors;
+
+/* The descriptor of c without its buffers: the dimensions, the scalar features and the
+ * given kv_lens (lengths modes, masks, slopes and sinks live in buffers that
+ * sc_tensors_make allocates). What a case is planned from without its data. */
+sdpa_desc sc_desc(const sc_case *c);
 
 /* Allocates and fills t from c: inputs uniform in [-amplitude, amplitude) rounded to
  * their dtypes, from the stream of c->seed over each buffer's whole extent (gaps of a
@@ -153,7 +159,15 @@ typedef struct sc_error {
     double max_abs, max_rel;
     int64_t bad;      /* elements outside the tolerance (NaN and inf mismatches count) */
     int64_t checked;
+    double abs_tol;   /* > 0: finite pairs pass when |o - r| <= abs_tol + rel |r| instead
+                         (the bf16 compute mode's bound, sc_bf16_abs_tol) */
 } sc_error;
+
+/* The absolute bound of the bf16 compute mode against sdpa_reference in the mode, for
+ * inputs like the suite's (|q|, |k| <= 1, a scale near 1/sqrt(Dk), no huge bias): the
+ * header's error model with A_d <= max |v| and its score term D far below 2^-7, so
+ * |o - r| <= 2^-6 max |v|. vmax is max |v| over V. */
+#define sc_bf16_abs_tol(vmax) (0x1p-6 * (vmax))
 
 /* Judges one element by sc_close and records it in e; returns sc_close's answer. */
 int sc_error_add(sc_error *e, double got, double want, sdpa_dtype out);

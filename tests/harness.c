@@ -63,7 +63,7 @@ const char *th_case_str(const sc_case *c, char *buf, size_t n) {
 /* ---- comparisons --------------------------------------------------------------- */
 
 sc_error th_compare(const sc_case *c, const sc_tensors *a, const sc_tensors *ref) {
-    sc_error e = {0, 0, 0, 0};
+    sc_error e = {0};
     sc_compare_view(&e, &a->o, &ref->o, a->VB, c->Hq, a->desc.len_q, c->Dv);
     for (size_t i = 0; i < a->elems[4]; i++)
         sc_error_add(&e, a->lse[i], ref->lse[i], SDPA_F32);
@@ -80,7 +80,7 @@ sc_error th_compare(const sc_case *c, const sc_tensors *a, const sc_tensors *ref
 #define ORACLE_WORK_MAX ((int64_t)1 << 22)
 
 sc_error th_compare_oracle(const sc_case *c, const sc_tensors *a) {
-    sc_error e = {0, 0, 0, 0};
+    sc_error e = {0};
     const int64_t Tq = a->desc.len_q, Dv = c->Dv;
     const size_t rows = (size_t)(a->VB * c->Hq * Tq);
     double *o = malloc(rows * (size_t)Dv * sizeof(double)), *lse = malloc(rows * sizeof(double));

@@ -55,7 +55,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "sdpa_reference: %s\n", sdpa_strerror(st));
         return 1;
     }
-    sc_error e = {0, 0, 0, 0};
+    sc_error e = {0};
     sc_compare_view(&e, &f.o, &r.o, 1, H, T, D);
     /* causal: row i sees i + 1 keys, 2 D multiply-adds each (QK^T and P V) */
     const double flops = 2.0 * (double)H * (double)T * (double)(T + 1) * (double)(2 * D) / 2.0;

@@ -34,6 +34,7 @@ typedef struct opts {
     const char *shape;  /* --shape, or NULL */
     int causal, top_left, alibi, sinks, check, mem, json, help;
     int dtype;          /* an sdpa_dtype, or -1 when not given */
+    int compute;        /* an sdpa_compute value */
     int mask;           /* an sdpa_mask_kind; SDPA_MASK_NONE when not given */
     int64_t window[2];  /* L, R; -1 when not given */
     double softcap;     /* 0 when not given */
@@ -59,6 +60,7 @@ typedef struct choice {
 } choice;
 
 static const choice dtypes[] = {{"f32", SDPA_F32}, {"f16", SDPA_F16}, {"bf16", SDPA_BF16}, {0, 0}};
+static const choice computes[] = {{"f32", SDPA_COMPUTE_F32}, {"bf16", SDPA_COMPUTE_BF16}, {0, 0}};
 static const choice masks[] = {{"bool", SDPA_MASK_BOOL}, {"float", SDPA_MASK_ADDITIVE}, {0, 0}};
 
 typedef struct option_spec {
@@ -90,6 +92,9 @@ static const option_spec options[] = {
      "is_causal); implies --causal"},
     {"dtype", ARG_CHOICE, "T", offsetof(opts, dtype), 0, 0, dtypes,
      "storage of Q, K, V and O alike (default f32)"},
+    {"compute", ARG_CHOICE, "P", offsetof(opts, compute), 0, 0, computes,
+     "precision of the products (default f32): bf16 rounds Q, K,\n"
+     "V and P to bf16 and accumulates in fp32 (include/sdpa.h)"},
     {"window", ARG_PAIR, "L,R", offsetof(opts, window), 0, SDPA_MAX_DIM, NULL,
      "sliding window: row i sees keys d(i)-L .. d(i)+R,\n"
      "d(i) = i + Tkv - Tq (under --top-left: i)"},
@@ -117,7 +122,9 @@ static const option_spec options[] = {
      "reference needs at most 4 GFLOP, else the first, middle and\n"
      "last rows of two heads, those that are exact sub-problems);\n"
      "exit 1 if |o - r| > 1e-5 + 1e-4 |r| (16-bit output:\n"
-     "+ 2^-10 |r| f16, 2^-7 |r| bf16) anywhere it looked"},
+     "+ 2^-10 |r| f16, 2^-7 |r| bf16) anywhere it looked; under\n"
+     "--compute bf16 the reference computes in the mode too and\n"
+     "the 1e-5 becomes the mode's 2^-6 max|v| (common/case.h)"},
     {"mem", ARG_FLAG, NULL, offsetof(opts, mem), 0, 0, NULL,
      "memory of one fused call and of one reference call: heap\n"
      "bytes (exact, sdpa_stats.scratch_bytes) and resident KiB\n"
@@ -483,6 +490,10 @@ static int make_case(const opts *op, sc_case *c, const char **name, int64_t **kv
             c->dt[i] = (sdpa_dtype)op->dtype;
         changed = 1;
     }
+    if (op->compute != SDPA_COMPUTE_F32) {
+        c->compute = op->compute;
+        changed = 1;
+    }
     if (op->window[0] >= 0) {
         c->window = 1;
         c->wl = op->window[0];
@@ -612,7 +623,7 @@ int main(int argc, char **argv) {
     const double med = repeat % 2 ? t[repeat / 2] : 0.5 * (t[repeat / 2 - 1] + t[repeat / 2]);
     const double gflops = sb_flops(&s) / med * 1e-9, kv_gbps = sb_kv_bytes(&s) / med * 1e-9;
 
-    sc_error err = {0, 0, 0, 0};
+    sc_error err = {0};
     sb_expect e = {0};
     char scope[512] = "";
     if (op.check) {
@@ -639,6 +650,7 @@ int main(int argc, char **argv) {
                (long long)s.Hkv, (long long)s.Tq, (long long)s.Tkv, (long long)s.Dk,
                (long long)s.Dv, s.causal ? "true" : "false",
                s.causal == SDPA_CAUSAL_TOP_LEFT ? "true" : "false", dtype_names[s.dt[3]]);
+        printf(",\"compute\":\"%s\"", s.compute == SDPA_COMPUTE_BF16 ? "bf16" : "f32");
         if (s.window)
             printf(",\"window_left\":%lld,\"window_right\":%lld", (long long)s.wl,
                    (long long)s.wr);
@@ -687,7 +699,8 @@ int main(int argc, char **argv) {
             printf("check against sdpa_reference on the %s: max_abs_err %.3g, max_rel_err "
                    "%.3g, %lld of %lld outside |o - r| <= %g + %.3g |r|: %s\n",
                    scope, err.max_abs, err.max_rel, (long long)err.bad, (long long)err.checked,
-                   SC_TOL_ABS, sc_rel_tol(s.dt[3]), err.bad ? "FAIL" : "ok");
+                   err.abs_tol > 0 ? err.abs_tol : SC_TOL_ABS, sc_rel_tol(s.dt[3]),
+                   err.bad ? "FAIL" : "ok");
         if (op.mem) {
             char ref_on[160] = "whole problem";
             if (!ref_whole)

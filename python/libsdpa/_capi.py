@@ -69,6 +69,16 @@ class Isa(enum.IntEnum):
     AVX2 = 2
     AVX512 = 3
     NEON = 4
+    AVX512BF16 = 5
+    AMX = 6
+    NEONBF16 = 7
+
+
+class Compute(enum.IntEnum):
+    """``sdpa_compute``: the precision of the two products."""
+
+    F32 = 0
+    BF16 = 1
 
 
 class Tensor(ctypes.Structure):

@@ -18,7 +18,7 @@ from typing import Any, List, NamedTuple, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _arrays as A
-from ._capi import API, Causal, Desc, DType, Isa, MaskKind, Stats, Tensor
+from ._capi import API, Causal, Compute, Desc, DType, Isa, MaskKind, Stats, Tensor
 from ._errors import (BadDimensionError, BadLengthsError, Status, check)
 
 Array = Any  # a numpy.ndarray or a CPU torch.Tensor
@@ -48,6 +48,17 @@ def causal_mode(causal: CausalSpec) -> int:
         return names[key]
     # Integers go through as they are, so an unknown mode reaches the library's own check.
     return int(causal)
+
+
+def compute_code(compute: Any) -> int:
+    """The ``sdpa_compute`` value of "f32" / "bf16", a Compute, or an int."""
+    if isinstance(compute, str):
+        try:
+            return Compute[compute.upper()]
+        except KeyError:
+            raise ValueError(f"compute: unknown mode {compute!r}; one of "
+                             + ", ".join(n.lower() for n in Compute.__members__)) from None
+    return int(compute)
 
 
 def isa_code(isa: IsaSpec) -> int:
@@ -152,7 +163,7 @@ def apply_options(d: Desc, full: Tuple[int, int, int, int], varlen: bool, keep: 
                   softcap: Optional[float], alibi_slopes: Optional[Array],
                   sinks: Optional[Array], kv_lens: Optional[Array], q_lens: Optional[Array],
                   dropout_p: float, seed: int, threads: int, isa: IsaSpec,
-                  stats: Optional[Stats]) -> None:
+                  stats: Optional[Stats], compute: Any = "f32") -> None:
     """Every descriptor option but the shapes, for a problem of ``full`` = [sequences, Hq,
     Tq, Tkv]. Arrays the descriptor points into are appended to ``keep``."""
     nseq, Hq = full[0], full[1]
@@ -160,6 +171,7 @@ def apply_options(d: Desc, full: Tuple[int, int, int, int], varlen: bool, keep: 
     d.causal = causal_mode(causal)
     d.num_threads = int(threads)
     d.isa = isa_code(isa)
+    d.compute = compute_code(compute)
     if stats is not None:
         d.stats = ctypes.pointer(stats)
     if window is not None:
@@ -189,7 +201,8 @@ def _prepare(q: Array, k: Array, v: Optional[Array], *, causal: CausalSpec,
              window: Optional[Tuple[Optional[int], Optional[int]]], softcap: Optional[float],
              alibi_slopes: Optional[Array], sinks: Optional[Array], kv_lens: Optional[Array],
              q_lens: Optional[Array], cu_seqlens: Any, dropout_p: float, seed: int,
-             threads: int, layout: str, isa: IsaSpec, stats: Optional[Stats]) -> _Call:
+             threads: int, layout: str, isa: IsaSpec, stats: Optional[Stats],
+             compute: Any = "f32") -> _Call:
     if layout not in _LAYOUTS:
         raise ValueError(f"layout must be one of {_LAYOUTS}, got {layout!r}")
     qi, ki = A.describe(q, "q"), A.describe(k, "k")
@@ -243,7 +256,7 @@ def _prepare(q: Array, k: Array, v: Optional[Array], *, causal: CausalSpec,
     apply_options(d, full, varlen, keep, causal=causal, scale=scale, mask=mask,
                   window=window, softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks,
                   kv_lens=kv_lens, q_lens=q_lens, dropout_p=dropout_p, seed=seed,
-                  threads=threads, isa=isa, stats=stats)
+                  threads=threads, isa=isa, stats=stats, compute=compute)
     return _Call(d, _tensor(qi, qv), _tensor(ki, kv), _tensor(vi, vv) if vi else None,
                  qi.kind, qi, qv, Dv, keep)
 
@@ -294,7 +307,7 @@ def attention(q: Array, k: Array, v: Array, *, causal: CausalSpec = False,
               dropout_p: float = 0.0, seed: int = 0, return_lse: bool = False,
               threads: int = 0, layout: str = "bhtd", isa: IsaSpec = None,
               out: Optional[Array] = None, out_dtype: Any = None,
-              stats: Optional[Stats] = None) -> Any:
+              stats: Optional[Stats] = None, compute: Any = "f32") -> Any:
     """Fused scaled-dot-product attention (``sdpa_forward``), without copying q, k or v.
 
     q [B, Hq, Tq, Dk], k [B, Hkv, Tkv, Dk], v [B, Hkv, Tkv, Dv] (``layout="bhtd"``, PyTorch's
@@ -327,7 +340,11 @@ def attention(q: Array, k: Array, v: Array, *, causal: CausalSpec = False,
     dropout_p, seed: dropout on the weights (Philox keyed by (seed, b, h, i, j); the same
         bits for any thread count, not torch's RNG stream).
     threads: OpenMP threads, 0 = OpenMP's default. isa: None (process-wide choice) or
-        "scalar", "avx2", "avx512", "neon" for this call.
+        "scalar", "avx2", "avx512", "avx512bf16", "amx", "neon", "neonbf16" for this call.
+    compute: "f32" (exact fp32 products, the default) or "bf16": q, k, v and the softmax
+        weights enter the products rounded to bf16, with fp32 accumulation and softmax,
+        as PyTorch's bf16 CPU path and FlashAttention compute (the error bound is in
+        include/sdpa.h, ``sdpa_compute``).
     stats: a ``libsdpa.Stats`` to receive the call's work counters.
 
     Raises an ``SdpaError`` subclass carrying the status on any failure; outputs are then
@@ -336,7 +353,7 @@ def attention(q: Array, k: Array, v: Array, *, causal: CausalSpec = False,
     options = dict(causal=causal, scale=scale, mask=mask, window=window, softcap=softcap,
                    alibi_slopes=alibi_slopes, sinks=sinks, kv_lens=kv_lens, q_lens=q_lens,
                    cu_seqlens=cu_seqlens, dropout_p=dropout_p, seed=seed, threads=threads,
-                   layout=layout, isa=isa, stats=stats)
+                   layout=layout, isa=isa, stats=stats, compute=compute)
     return _run(API.sdpa_forward, q, k, v, out, out_dtype, return_lse, options)
 
 
@@ -349,14 +366,14 @@ def reference(q: Array, k: Array, v: Array, *, causal: CausalSpec = False,
               dropout_p: float = 0.0, seed: int = 0, return_lse: bool = False,
               threads: int = 0, layout: str = "bhtd", isa: IsaSpec = None,
               out: Optional[Array] = None, out_dtype: Any = None,
-              stats: Optional[Stats] = None) -> Any:
+              stats: Optional[Stats] = None, compute: Any = "f32") -> Any:
     """The naive double-precision reference (``sdpa_reference``): same arguments, same
     semantics and result layout as ``attention``; single-threaded and slow, the oracle
     the fused path is checked against. ``threads`` and ``isa`` are ignored."""
     options = dict(causal=causal, scale=scale, mask=mask, window=window, softcap=softcap,
                    alibi_slopes=alibi_slopes, sinks=sinks, kv_lens=kv_lens, q_lens=q_lens,
                    cu_seqlens=cu_seqlens, dropout_p=dropout_p, seed=seed, threads=threads,
-                   layout=layout, isa=isa, stats=stats)
+                   layout=layout, isa=isa, stats=stats, compute=compute)
     return _run(API.sdpa_reference, q, k, v, out, out_dtype, return_lse, options)
 
 
@@ -368,7 +385,7 @@ def attention_weights(q: Array, k: Array, v: Optional[Array] = None, *,
                       sinks: Optional[Array] = None, kv_lens: Optional[Array] = None,
                       q_lens: Optional[Array] = None, cu_seqlens: Any = None,
                       dropout_p: float = 0.0, seed: int = 0, threads: int = 0,
-                      layout: str = "bhtd", isa: IsaSpec = None) -> Any:
+                      layout: str = "bhtd", isa: IsaSpec = None, compute: Any = "f32") -> Any:
     """The softmax weights (``sdpa_attention_weights``): float32 [B, Hq, Tq, Tkv] (fewer
     leading axes for a 3-d or 2-d q; [1, Hq, T_total, T_total] under packed varlen), 0
     for hidden keys and padding, after dropout when it is on. O(Tq x Tkv) memory: for
@@ -378,7 +395,7 @@ def attention_weights(q: Array, k: Array, v: Optional[Array] = None, *,
     options = dict(causal=causal, scale=scale, mask=mask, window=window, softcap=softcap,
                    alibi_slopes=alibi_slopes, sinks=sinks, kv_lens=kv_lens, q_lens=q_lens,
                    cu_seqlens=cu_seqlens, dropout_p=dropout_p, seed=seed, threads=threads,
-                   layout=layout, isa=isa, stats=None)
+                   layout=layout, isa=isa, stats=None, compute=compute)
     call = _prepare(q, k, None, **options)
     B, Hq, Tq, _ = call.qview.dims
     lse_shape = _lead_shape(call, (B, Hq, Tq))

@@ -152,3 +152,37 @@ def test_the_torch_check_can_fail(torch):
     off[0, 1, 3, 4] += 0.05 + 0.05 * abs(float(off[0, 1, 3, 4]))
     with pytest.raises(AssertionError):
         check_vs_torch(torch, off, t, q, k, v)
+
+
+@pytest.mark.parametrize("T,D", [(1, 64), (17, 80), (64, 128), (129, 64)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_bf16_compute(torch, T, D, causal):
+    """compute="bf16" is torch's bf16 arithmetic: both read the same bf16 q, k, v, compute
+    scores in fp32, round the weights P to bf16 before P V (each by <= u p_j, u = 2^-8,
+    at its own running max) and round the output. So |o - t| <= 2u |t| + 2u sum_j p_j
+    |v_j| + the fp32 tolerance; and libsdpa against its own reference in the mode within
+    the header's model, A_d <= sum_j p_j |v_j|: |o - r| <= (2^-7 + 2^-8) A + u |r|."""
+    F = torch.nn.functional
+    gen = torch.Generator().manual_seed(T * 100 + D)
+    q, k, v = make(torch, gen, 1, 4, 2, T, T + 31, D, torch.bfloat16)
+    mode = "top_left" if causal else False
+    t = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+    o = libsdpa.attention(q, k, v, causal=mode, compute="bf16")
+    r = libsdpa.reference(q, k, v, causal=mode, compute="bf16", out_dtype="float32")
+    pv = to_f64(libsdpa.attention(q, k, v.abs(), out_dtype="float32", causal=mode))
+    u = 2.0 ** -8
+    tt, oo = to_f64(t), to_f64(o)
+    tol = 2 * (1e-5 + 1e-4 * np.abs(tt)) + 2 * u * np.abs(tt) + 2 * u * pv
+    err = np.abs(oo - tt)
+    assert np.all(err <= tol), f"max |libsdpa bf16 - torch| {err.max():.3e}"
+    err_r = np.abs(oo - to_f64(r))
+    assert np.all(err_r <= (2 ** -7 + 2 ** -8) * pv + u * np.abs(to_f64(r)) + 1e-6), \
+        f"max |o - reference(bf16)| {err_r.max():.3e}"
+
+
+def test_compute_names():
+    q = np.ones((1, 1, 2, 4), np.float32)
+    with pytest.raises(ValueError, match="compute"):
+        libsdpa.attention(q, q, q, compute="fp8")
+    with pytest.raises(libsdpa.BadArgumentError):
+        libsdpa.attention(q, q, q, compute=7)
