@@ -13,6 +13,9 @@
 # Knobs: CC=gcc|clang (or a cross compiler), OPENMP=0 for a serial library, WERROR=1
 # (CI) for -Werror, SANITIZE=address,undefined for a sanitized build in its own
 # directory, CFLAGS for optimisation/debug flags, CPPFLAGS and LDFLAGS as usual.
+# AMX_MODEL=1 builds the AMX table on the tile model (kernels/amx/amx_model.h) instead of
+# the AMX instructions, usable on any AVX512_BF16 host, so `sdpa-test --isa amx` tests
+# that table's code without AMX hardware (use its own BUILD=, e.g. build-amxmodel).
 #
 # Per-ISA compiler flags apply to kernels/<isa>/ files only; src/ is compiled with no
 # -m flags, so nothing outside the kernel tables can use an instruction the CPU may lack.
@@ -29,6 +32,7 @@ INCDIR    ?= $(PREFIX)/include
 OPENMP   ?= 1
 WERROR   ?= 0
 SANITIZE ?=
+AMX_MODEL ?= 0
 CFLAGS   ?= -O2 -g
 
 ARCH := $(firstword $(subst -, ,$(shell $(CC) -dumpmachine)))
@@ -75,6 +79,12 @@ SIMD_ISAS := $(SDPA_ISAS_$(ARCH))
 LIB_SRCS  := $(SDPA_SRCS) $(SDPA_KERNELS_scalar) $(foreach i,$(SIMD_ISAS),$(SDPA_KERNELS_$(i)))
 LIB_OBJS  := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRCS))
 ISA_DEFS  := $(foreach i,$(SIMD_ISAS),-DSDPA_BUILD_$(shell echo $(i) | tr a-z A-Z))
+# The tile model: amx.c without the AMX flags (the model is C), and src/dispatch.c's amx
+# row usable wherever avx512bf16 is.
+ifeq ($(AMX_MODEL),1)
+ISA_DEFS += -DSDPA_AMX_MODEL
+SDPA_ISAFLAGS_amx := $(SDPA_ISAFLAGS_avx512bf16) -DSDPA_AMX_MODEL
+endif
 # A source file in src/ or kernels/ that the list forgot is an error, not a missing symbol.
 UNLISTED  := $(filter-out $(SDPA_SRCS) $(foreach i,scalar $(SDPA_ISAS_x86_64) \
                  $(SDPA_ISAS_aarch64),$(SDPA_KERNELS_$(i))),$(wildcard src/*.c kernels/*/*.c))
@@ -99,7 +109,7 @@ lib: $(BUILD)/libsdpa.a $(BUILD)/libsdpa.so
 # kernels/<isa> directory, never leaves a stale object behind. (A rule, not parse-time
 # work: `make clean` and `make install` do not touch it.)
 CONFIG_LINE  := $(CC) | $(CPPFLAGS) | $(CFLAGS) | OPENMP=$(OPENMP) | SANITIZE=$(SANITIZE) | \
-                $(ARCH) | $(SIMD_ISAS)
+                AMX_MODEL=$(AMX_MODEL) | $(ARCH) | $(SIMD_ISAS)
 CONFIG_STAMP := $(BUILD)/config.stamp
 .PHONY: FORCE
 $(CONFIG_STAMP): FORCE
@@ -193,8 +203,14 @@ endif
 BENCH_CFLAGS   := $(BASE_CFLAGS) -D_GNU_SOURCE
 BENCH_CXXFLAGS := -std=c++17 -Wall -Wextra -Wshadow $(if $(filter 1,$(WERROR)),-Werror) \
                   $(CFLAGS) $(OMP_CFLAGS) $(SAN_FLAGS) -Iinclude
-PEAK_ISAS := scalar $(SIMD_ISAS)
-PEAK_DEFS := $(foreach i,$(SIMD_ISAS),-DSB_PEAK_$(shell echo $(i) | tr a-z A-Z))
+# Every SIMD table has its peak loop, bench/peak_<isa>.c.
+PEAK_SIMD := $(SIMD_ISAS)
+# The tile-model build (AMX_MODEL=1) has no AMX peak: its amx row is the model.
+ifeq ($(AMX_MODEL),1)
+PEAK_SIMD := $(filter-out amx,$(PEAK_SIMD))
+endif
+PEAK_ISAS := scalar $(PEAK_SIMD)
+PEAK_DEFS := $(foreach i,$(PEAK_SIMD),-DSB_PEAK_$(shell echo $(i) | tr a-z A-Z))
 BENCH_COBJS := $(BUILD)/obj/bench/shim.o $(BUILD)/obj/bench/peak.o $(BUILD)/obj/common/case.o \
                $(foreach i,$(PEAK_ISAS),$(BUILD)/obj/bench/peak_$(i).o)
 

@@ -182,7 +182,9 @@ typedef struct sdpa_mask {
  *   - P is rounded to bf16 (after dropout) before P V, which accumulates in fp32;
  *   - O stays fp32 until it is stored in its dtype.
  * Error model (against the exact attention a of the rounded operands q^, k^, v^, with
- * weights w_j and A_d = sum_j w_j |v^_jd|, row by row; u = 2^-24):
+ * weights w_j and A_d = sum_j w_j |v^_jd|, row by row; u = 2^-23, twice fp32's unit
+ * roundoff, since Arm's BFMMLA rounds its partial sums to odd, an error of up to one
+ * ulp; the x86 tables' sums meet it with 2^-24):
  *     |o_d - a_d| <= (2^-8 + 2 D + 2 g(2 Tkv)) A_d  (+ O's rounding to its dtype),
  *     D = |scale| g(Dk) max_j sum_d |q^_d k^_jd| + 4 u max_j |s_j| + 2^-20
  * to first order, where g(n) = n u / (1 - n u) bounds an fp32 sum of n terms: 2^-8 is

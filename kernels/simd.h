@@ -6,7 +6,7 @@
  * It holds no instruction of any ISA (only compiler builtins every target has), so a
  * table file may include it whatever its flags. It is not a vector layer: vectors,
  * loads, masks and the exp live in kernels/x86/ (vec_*.h, tiles.h) and in
- * kernels/neon/neon.c.
+ * kernels/neon/ (neon.c, neon_mem.h).
  */
 #ifndef SDPA_SIMD_H
 #define SDPA_SIMD_H

@@ -152,6 +152,8 @@ extern const sdpa_kernels sdpa_kernels_scalar;
 extern const sdpa_kernels sdpa_kernels_avx2;
 extern const sdpa_kernels sdpa_kernels_avx512;
 extern const sdpa_kernels sdpa_kernels_neon;
+extern const sdpa_kernels sdpa_kernels_avx512bf16; /* the bf16 entries only (src/dispatch.c) */
+extern const sdpa_kernels sdpa_kernels_amx;        /* the bf16 entries only */
 extern const sdpa_kernels sdpa_kernels_neonbf16; /* bf16 entries only, over neon's */
 
 #endif /* SDPA_UKERNEL_H */

@@ -5,13 +5,18 @@
 
 # ---- aarch64 on an x86 host: cross-compile, run under qemu-user -----------------------
 # Builds the library, the suite and the tools with $(AARCH64_CC) into build-aarch64/
-# (CFLAGS, WERROR... pass through) and runs the whole suite (both ISAs: scalar and neon)
-# under qemu twice: the default CPU with 2 OpenMP threads, and a Cortex-A72 (ARMv8.0
-# only: any newer instruction dies with SIGILL) with 1. The threads suite asks for 1, 2,
-# 3 and nproc threads itself in both runs. About two minutes per run under emulation;
-# the two runs are separate targets, so `make -j2 -O test-aarch64` runs them at once.
-# Then sdpa-run --check (plain C, no Google Benchmark) on both CPUs. Emulated times mean
-# nothing. Debian packages: gcc-aarch64-linux-gnu libgomp1-arm64-cross qemu-user.
+# (CFLAGS, WERROR... pass through) and runs the whole suite (every aarch64 row: scalar,
+# neon, neonbf16) under qemu twice: -cpu max with 2 OpenMP threads, and a Cortex-A72
+# (ARMv8.0 only: any newer instruction dies with SIGILL) with 1. max is qemu-user's
+# default aarch64 CPU (qemu 7.2: SDPA_VERBOSE=1 reports hwcap bf16 and neonbf16 usable
+# there), named anyway so that the first run keeps FEAT_BF16, and with it the neonbf16
+# table's suites (ukernel, bf16, fuzzcases), whatever another qemu's default is; the A72
+# run has no BF16, so the suite reports neonbf16 not usable and none of its code runs.
+# The threads suite asks for 1, 2, 3 and nproc threads itself in both runs. About two
+# minutes per run under emulation; the two runs are separate targets, so `make -j2 -O
+# test-aarch64` runs them at once. Then sdpa-run --check (plain C, no Google Benchmark)
+# on both CPUs, and in the bf16 compute mode on neonbf16. Emulated times mean nothing.
+# Debian packages: gcc-aarch64-linux-gnu libgomp1-arm64-cross qemu-user.
 AARCH64_CC   ?= aarch64-linux-gnu-gcc
 QEMU_AARCH64 ?= qemu-aarch64 -L /usr/aarch64-linux-gnu
 AARCH64_RUN  := build-aarch64/sdpa-run
@@ -21,11 +26,12 @@ aarch64-build:
 	$(MAKE) CC=$(AARCH64_CC) BUILD=build-aarch64 build-aarch64/sdpa-test \
 	  build-aarch64/sdpa-demo $(AARCH64_RUN)
 aarch64-suite-default: aarch64-build
-	OMP_NUM_THREADS=2 $(QEMU_AARCH64) build-aarch64/sdpa-test
+	OMP_NUM_THREADS=2 $(QEMU_AARCH64) -cpu max build-aarch64/sdpa-test
 aarch64-suite-a72: aarch64-build
 	OMP_NUM_THREADS=1 $(QEMU_AARCH64) -cpu cortex-a72 build-aarch64/sdpa-test
 test-aarch64: aarch64-suite-default aarch64-suite-a72
-	$(QEMU_AARCH64) $(AARCH64_RUN) --check
+	$(QEMU_AARCH64) -cpu max $(AARCH64_RUN) --check
+	$(QEMU_AARCH64) -cpu max $(AARCH64_RUN) --check --isa neonbf16 --compute bf16
 	$(QEMU_AARCH64) -cpu cortex-a72 $(AARCH64_RUN) --check --isa neon --threads 1
 
 # ---- hardening: fuzzing, sanitizers, valgrind -----------------------------------------

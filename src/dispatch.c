@@ -171,6 +171,12 @@ static int usable_avx512_bf16(void) {
  * vol. 1, 13.1). A thread that executes a tile instruction without it gets SIGILL. The
  * request is made once (usable() runs under the registry's pthread_once); a refusal
  * makes the ISA unusable. */
+#ifdef SDPA_AMX_MODEL
+/* The tile-model build (make AMX_MODEL=1): kernels/amx/amx.c runs its tiles on
+ * kernels/amx/amx_model.h, plain C, and the rest of it is AVX-512 with AVX512_BF16, so
+ * the row needs what avx512bf16 needs and no tile state or permission. */
+static int usable_amx(void) { return usable_avx512_bf16(); }
+#else
 static int usable_amx(void) {
     sdpa_x86_cpu f;
     sdpa_cpu_x86(&f);
@@ -183,6 +189,7 @@ static int usable_amx(void) {
     return 0;
 #endif
 }
+#endif /* SDPA_AMX_MODEL */
 #endif
 
 #if defined(__aarch64__)

@@ -31,7 +31,8 @@
 #include "suites.h"
 
 #define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
-#define U 5.9604644775390625e-8 /* 2^-24, fp32's unit roundoff */
+/* The header's u: 2^-23, twice fp32's unit roundoff (BFMMLA's sums round to odd). */
+#define U 0x1p-23
 
 static double g(double n) { return n * U / (1.0 - n * U); }
 

@@ -3,7 +3,9 @@
  * precision computation of the same tile operation, over sweeps around the table's tile
  * sizes and the vector widths (equal, one less, one more, multiples).
  *
- * Runs once per usable ISA (the scalar table included: it is checked the same way).
+ * Runs once per usable ISA (the scalar table included: it is checked the same way); the
+ * bf16-compute tiles of the tables that have them (the scalar emulation, avx512bf16, amx,
+ * neonbf16) are checked against double sums of their bf16-rounded operands.
  * Caller-memory operands (K, V, vexp's x and y) end on an unmapped page, so an
  * over-read faults; scratch operands are surrounded by sentinels that must survive, so a
  * write outside the contract's region is caught; scratch padding the contract says is
@@ -516,6 +518,291 @@ static void test_pv(void) {
     }
 }
 
+/* ---- bf16 compute: pack_k_bf16 + qk_bf16, pack_v_bf16 + pv_bf16 ------------------- */
+
+/* The tables' bf16 tiles (kernels/ukernel.h, "bf16 compute") against double sums of the
+ * mode's operands: Q, K, V and P rounded to bf16 (nearest even, here as in the
+ * contract), so each product is exact and the only error left is the fp32 summation's,
+ * bounded as above with 2u per operation ((2 terms + 6 or 8) u sum |terms|: Arm's
+ * BFMMLA rounds its sums to odd, one ulp; kernels/neonbf16/neonbf16.c), plus what
+ * DAZ/FTZ may lose (vdpbf16ps and TDPBF16PS read bf16 subnormals as zero and flush
+ * subnormal results; their fp32-to-bf16 conversion flushes fp32 subnormals): the terms
+ * with an operand below 2^-126, before or after rounding, and 2^-126 per operation. Some
+ * rows are scaled down to that range so the flushes happen. Each check also requires:
+ * nothing written outside S[m][round_up(n, kpb_align)] / O[m][dv] or the packed block's
+ * round_up(n, align) * round_up(dim, 32) elements; Qb beyond round_up(dk, 32), P beyond
+ * n and O beyond dv hold NaN and must not be read; and every row's results the same
+ * bits when the call covers rows [1, m) or that row alone (the driver's band calls and
+ * the attention weights' recomputation rely on it). */
+
+static float bf16r(float x) { return sdpa_bf16_to_f32(sdpa_f32_to_bf16(x)); }
+
+/* The operand raw (as stored) may be flushed: below 2^-126 as fp32 or once rounded. */
+static int flushable(float raw) {
+    const float r = bf16r(raw);
+    return (raw != 0 && fabsf(raw) < FLT_MIN) || (r != 0 && fabsf(r) < FLT_MIN);
+}
+
+/* 64-byte aligned, guarded scratch of n (even) bf16 elements. */
+static uint16_t *scratch_u16(size_t n) { return (uint16_t *)scratch_alloc(n / 2); }
+static void scratch_free_u16(uint16_t *p) { scratch_free((float *)p); }
+static int guards_intact_u16(const uint16_t *p, size_t n) {
+    return guards_intact((const float *)p, n / 2);
+}
+
+/* The first n floats of a and b are the same bits. */
+static int same_bits(const float *a, const float *b, int n) {
+    for (int j = 0; j < n; j++)
+        if (sdpa_bits_from_f32(a[j]) != sdpa_bits_from_f32(b[j]))
+            return 0;
+    return 1;
+}
+
+/* The tiny rows: their values are scaled into the flushing range. */
+#define TINY_ROW(r) ((r) % 7 == 3)
+
+static void check_qk_bf16(int m, int n, int dk, int64_t ldk, sdpa_dtype dt, float scale) {
+    const int dkp = (int)rup((size_t)dk, 32), ldq = dkp + (m % 3 == 1 ? 32 : 0);
+    const int np = (int)rup((size_t)n, (size_t)kt->kpb_align), lds = (int)rup((size_t)np, 16);
+    float *kx = malloc((size_t)n * (size_t)dk * sizeof(float));
+    void *k = caller_rows(n, dk, ldk, dt, kx);
+    const size_t qn = (size_t)m * (size_t)ldq, kpn = (size_t)np * (size_t)dkp;
+    uint16_t *q = scratch_u16(qn), *kp = scratch_u16(kpn);
+    for (int r = 0; r < m; r++)
+        for (int d = 0; d < ldq; d++) { /* zero to dkp, then NaN: reading it poisons S */
+            const float x = sc_rand_float(&rng) * (TINY_ROW(r) ? 0x1p-125f : 1.0f);
+            q[(size_t)r * (size_t)ldq + (size_t)d] =
+                d < dk ? sdpa_f32_to_bf16(x) : d < dkp ? 0 : 0x7fc1;
+        }
+    const size_t sn = (size_t)m * (size_t)lds;
+    float *s = scratch_alloc(sn), *s2 = scratch_alloc(sn), *s1 = scratch_alloc((size_t)lds);
+
+    kt->pack_k_bf16(n, dk, k, ldk, dt, kp);
+    kt->qk_bf16(m, n, dk, scale, q, ldq, kp, s, lds);
+    if (m > 1)
+        kt->qk_bf16(m - 1, n, dk, scale, q + ldq, ldq, kp, s2 + lds, lds);
+    int band = 0, alone = 0, spill = 0;
+    const int lone[3] = {0, m / 2, m - 1};
+    for (int i = 0; i < 3; i++) {
+        const int r = lone[i];
+        kt->qk_bf16(1, n, dk, scale, q + (size_t)r * (size_t)ldq, ldq, kp, s1, lds);
+        alone |= !same_bits(s1, s + (size_t)r * (size_t)lds, n);
+        for (int j = np; j < lds; j++)
+            spill |= !is_sentinel(s1[j]);
+    }
+
+    double worst = 0;
+    int bad = 0;
+    for (int r = 0; r < m; r++)
+        for (int j = 0; j < lds; j++) {
+            const float got = s[(size_t)r * (size_t)lds + (size_t)j];
+            if (j >= np) { /* beyond the padded keys: must be untouched */
+                spill |= !is_sentinel(got) ||
+                         (r > 0 && !is_sentinel(s2[(size_t)r * (size_t)lds + (size_t)j]));
+                continue;
+            }
+            if (j >= n)
+                continue;
+            if (r > 0)
+                band |= sdpa_bits_from_f32(got) !=
+                        sdpa_bits_from_f32(s2[(size_t)r * (size_t)lds + (size_t)j]);
+            double exact = 0, mag = 0, lost = 0;
+            for (int d = 0; d < dk; d++) {
+                const float qd = sdpa_bf16_to_f32(q[(size_t)r * (size_t)ldq + (size_t)d]);
+                const float kd = kx[(size_t)j * (size_t)dk + (size_t)d];
+                const double t = (double)qd * (double)bf16r(kd);
+                exact += t;
+                mag += fabs(t);
+                if (flushable(qd) || flushable(kd))
+                    lost += fabs(t);
+            }
+            const double as = fabs((double)scale);
+            const double tol = (2.0 * dk + 6) * U * as * mag +
+                               as * (lost + (2.0 * dk + 4) * FLT_MIN) + FLT_MIN;
+            const double err = fabs((double)got - scale * exact);
+            bad |= !(err <= tol);
+            if (err > worst && mag > 0)
+                worst = err / (as * mag);
+        }
+    for (int j = 0; j < lds; j++) /* the band call left row 0 alone */
+        spill |= !is_sentinel(s2[j]);
+    spill |= !guards_intact(s, sn) || !guards_intact(s2, sn) ||
+             !guards_intact(s1, (size_t)lds) || !guards_intact_u16(kp, kpn) ||
+             !guards_intact_u16(q, qn);
+    CHECK(!bad,
+          "%s qk_bf16 m=%d n=%d dk=%d ldk=%lld %s: an element is off (worst %.3g of |q||k|)",
+          kt->name, m, n, dk, (long long)ldk, dtype_name(dt), worst);
+    CHECK(!spill, "%s qk_bf16 m=%d n=%d dk=%d %s: wrote outside S[m][round_up(n, kpb_align)] "
+          "or Kpb", kt->name, m, n, dk, dtype_name(dt));
+    CHECK(!band && !alone,
+          "%s qk_bf16 m=%d n=%d dk=%d %s: a row's scores change with the rows sharing the call "
+          "(rows 1..m: %s, one row: %s)", kt->name, m, n, dk, dtype_name(dt),
+          band ? "DIFFER" : "same", alone ? "DIFFER" : "same");
+    scratch_free_u16(q);
+    scratch_free_u16(kp);
+    scratch_free(s);
+    scratch_free(s2);
+    scratch_free(s1);
+    sc_free(k);
+    free(kx);
+}
+
+/* Key counts: every edge up to Bc, and one past it (a kernel takes any n). */
+static int bf16_key_sizes(int *out) {
+    const int k = edge_sizes(kt->bc, out);
+    out[k] = kt->bc + 1;
+    return k + 1;
+}
+
+/* Head dims of the bf16 sweeps: vector and tile edges, the common heads, 576 (MLA). */
+static const int bf16_dims[] = {1, 2, 7, 8, 16, 17, 31, 32, 33, 64, 80, 96, 112, 128, 256, 576};
+
+static void test_qk_bf16(void) {
+    int ms[48], ns[48];
+    const int nm = edge_sizes(kt->br, ms), nn = bf16_key_sizes(ns);
+    /* every m x n at a few head dims (one under --quick), K rows padded apart */
+    static const int full_dk[] = {17, 1, 64};
+    for (int a = 0; a < (th_quick ? 1 : N(full_dk)); a++)
+        for (int i = 0; i < nm; i++)
+            for (int j = 0; j < nn; j++)
+                check_qk_bf16(ms[i], ns[j], full_dk[a], full_dk[a] + (j & 1) * 3, SDPA_F32,
+                              0.125f);
+    /* every head dim at the tile corners (two under --quick), every storage type */
+    static const sdpa_dtype dts[] = {SDPA_F32, SDPA_F16, SDPA_BF16};
+    for (int t = 0; t < N(dts); t++)
+        for (int a = 0; a < N(bf16_dims); a++) {
+            const int dk = bf16_dims[a];
+            const int corners[][2] = {{kt->br, kt->bc}, {3, 17}, {1, 1},
+                                      {kt->br - 1, kt->bc - 1}, {13, 33}};
+            for (int c = 0; c < (th_quick ? 2 : N(corners)); c++) {
+                const int m = corners[c][0] < 1 ? 1 : corners[c][0];
+                const int n = corners[c][1] < 1 ? 1 : corners[c][1];
+                check_qk_bf16(m, n, dk, dk + (c & 1) * 5, dts[t], 1.0f / sqrtf((float)dk));
+            }
+        }
+}
+
+static void check_pv_bf16(int m, int n, int dv, int64_t ldv, sdpa_dtype dt, int rescale) {
+    /* P from a column past a row's start (the driver's calls on part of a tile) */
+    const int off = (m + n) % 3 == 0 ? 0 : 5;
+    const int ldp = (int)rup((size_t)(n + off), 16), ldo = (int)rup((size_t)dv, 16);
+    const int nvp = (int)rup((size_t)n, (size_t)kt->vpb_align);
+    const size_t vpn = (size_t)nvp * rup((size_t)dv, 32), on = (size_t)m * (size_t)ldo;
+    float *vx = malloc((size_t)n * (size_t)dv * sizeof(float));
+    void *v = caller_rows(n, dv, ldv, dt, vx);
+    uint16_t *vp = scratch_u16(vpn);
+    float *p = scratch_alloc((size_t)m * (size_t)ldp);
+    float *o = scratch_alloc(on), *o2 = scratch_alloc(on), *o1 = scratch_alloc((size_t)ldo);
+    float *o0 = malloc(on * sizeof(float));
+    float *alpha = scratch_alloc((size_t)m);
+    for (int r = 0; r < m; r++) {
+        for (int j = 0; j < ldp; j++) /* P outside its n columns is NaN */
+            p[(size_t)r * (size_t)ldp + (size_t)j] =
+                j >= off && j < off + n
+                    ? fabsf(sc_rand_float(&rng)) * (TINY_ROW(r) ? 0x1p-126f : 1.0f)
+                    : NAN;
+        for (int d = 0; d < ldo; d++)
+            o[(size_t)r * (size_t)ldo + (size_t)d] = d < dv ? sc_rand_float(&rng) : sentinel();
+        alpha[r] = fabsf(sc_rand_float(&rng));
+    }
+    memcpy(o0, o, on * sizeof(float));
+    memcpy(o2, o, on * sizeof(float));
+    const float *al = rescale ? alpha : NULL;
+    const float *p0 = p + off;
+
+    kt->pack_v_bf16(n, dv, v, ldv, dt, vp);
+    kt->pv_bf16(m, n, dv, p0, ldp, vp, al, o, ldo);
+    if (m > 1)
+        kt->pv_bf16(m - 1, n, dv, p0 + ldp, ldp, vp, al ? al + 1 : NULL, o2 + ldo, ldo);
+    int band = !same_bits(o2, o0, ldo), alone = 0, spill = 0; /* the band left row 0 alone */
+    for (int r = 1; r < m; r++)
+        band |= !same_bits(o2 + (size_t)r * (size_t)ldo, o + (size_t)r * (size_t)ldo, dv);
+    const int lone[3] = {0, m / 2, m - 1};
+    for (int i = 0; i < 3; i++) {
+        const int r = lone[i];
+        memcpy(o1, o0 + (size_t)r * (size_t)ldo, (size_t)ldo * sizeof(float));
+        kt->pv_bf16(1, n, dv, p0 + (size_t)r * (size_t)ldp, ldp, vp, al ? al + r : NULL, o1, ldo);
+        alone |= !same_bits(o1, o + (size_t)r * (size_t)ldo, dv);
+        for (int d = dv; d < ldo; d++)
+            spill |= !is_sentinel(o1[d]);
+    }
+
+    double worst = 0;
+    int bad = 0;
+    for (int r = 0; r < m; r++)
+        for (int d = 0; d < ldo; d++) {
+            const float got = o[(size_t)r * (size_t)ldo + (size_t)d];
+            if (d >= dv) {
+                spill |= !is_sentinel(got) ||
+                         !is_sentinel(o2[(size_t)r * (size_t)ldo + (size_t)d]);
+                continue;
+            }
+            const double a = rescale ? (double)alpha[r] : 1.0;
+            double exact = a * (double)o0[(size_t)r * (size_t)ldo + (size_t)d];
+            double mag = fabs(exact), lost = 0;
+            for (int j = 0; j < n; j++) {
+                const float pj = p0[(size_t)r * (size_t)ldp + (size_t)j];
+                const float vj = vx[(size_t)j * (size_t)dv + (size_t)d];
+                const double t = (double)bf16r(pj) * (double)bf16r(vj);
+                exact += t;
+                mag += fabs(t);
+                if (flushable(pj) || flushable(vj))
+                    lost += fabs(t);
+            }
+            const double tol = (2.0 * n + 8) * U * mag + lost + (2.0 * n + 4) * FLT_MIN;
+            const double err = fabs((double)got - exact);
+            bad |= !(err <= tol);
+            if (err > worst && mag > 0)
+                worst = err / mag;
+        }
+    spill |= !guards_intact(o, on) || !guards_intact(o2, on) || !guards_intact(o1, (size_t)ldo) ||
+             !guards_intact_u16(vp, vpn) || !guards_intact(p, (size_t)m * (size_t)ldp) ||
+             !guards_intact(alpha, (size_t)m);
+    CHECK(!bad,
+          "%s pv_bf16 m=%d n=%d dv=%d ldv=%lld %s alpha=%s: an element is off (worst %.3g of "
+          "sum |p||v|)", kt->name, m, n, dv, (long long)ldv, dtype_name(dt),
+          rescale ? "yes" : "NULL", worst);
+    CHECK(!spill, "%s pv_bf16 m=%d n=%d dv=%d %s: wrote outside O[m][dv] or Vpb", kt->name, m,
+          n, dv, dtype_name(dt));
+    CHECK(!band && !alone,
+          "%s pv_bf16 m=%d n=%d dv=%d %s: a row's output changes with the rows sharing the "
+          "call (rows 1..m: %s, one row: %s)", kt->name, m, n, dv, dtype_name(dt),
+          band ? "DIFFER" : "same", alone ? "DIFFER" : "same");
+    scratch_free_u16(vp);
+    scratch_free(p);
+    scratch_free(o);
+    scratch_free(o2);
+    scratch_free(o1);
+    scratch_free(alpha);
+    free(o0);
+    sc_free(v);
+    free(vx);
+}
+
+static void test_pv_bf16(void) {
+    int ms[48], ns[48];
+    const int nm = edge_sizes(kt->br, ms), nn = bf16_key_sizes(ns);
+    /* every m x n at a few Dv (one under --quick), V rows padded apart */
+    static const int full_dv[] = {80, 1, 17, 64};
+    for (int a = 0; a < (th_quick ? 1 : N(full_dv)); a++)
+        for (int i = 0; i < nm; i++)
+            for (int j = 0; j < nn; j++)
+                check_pv_bf16(ms[i], ns[j], full_dv[a], full_dv[a] + (i & 1) * 5, SDPA_F32,
+                              (i + j) & 1);
+    /* every Dv at the tile corners (two under --quick), every storage type */
+    static const sdpa_dtype dts[] = {SDPA_F32, SDPA_F16, SDPA_BF16};
+    for (int t = 0; t < N(dts); t++)
+        for (int a = 0; a < N(bf16_dims); a++) {
+            const int dv = bf16_dims[a];
+            const int corners[][2] = {{kt->br - 1, kt->bc + 1}, {3, 17}, {1, 1},
+                                      {kt->br, kt->bc}, {13, 33}};
+            for (int c = 0; c < (th_quick ? 2 : N(corners)); c++) {
+                const int m = corners[c][0] < 1 ? 1 : corners[c][0];
+                check_pv_bf16(m, corners[c][1], dv, dv + (c & 1) * 3, dts[t], c & 1);
+            }
+        }
+}
+
 /* ---- vexp ----------------------------------------------------------------------- */
 
 /* Max relative error of vexp over [-104, 89] (normal results), plus its edge cases:
@@ -589,4 +876,10 @@ void suite_ukernel(void) {
     test_softmax();
     test_pv();
     test_vexp();
+    if (kt->qk_bf16) { /* the tables whose row has dedicated bf16 tiles */
+        CHECK(kt->kpb_align >= 1 && kt->vpb_align >= 1, "%s: kpb_align=%d vpb_align=%d",
+              kt->name, kt->kpb_align, kt->vpb_align);
+        test_qk_bf16();
+        test_pv_bf16();
+    }
 }

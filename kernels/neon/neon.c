@@ -11,13 +11,15 @@
  * default CPU and -cpu cortex-a72, which has nothing beyond ARMv8.0).
  *
  * What it is not: no FP16 arithmetic (FEAT_FP16), no BF16 instructions (BFDOT/BFMMLA,
- * FEAT_BF16), no SVE, no dot-product or matrix extensions. Those would be later optional
- * tables chosen through the HWCAP bits src/dispatch.c already reads. It is not tuned on
+ * FEAT_BF16: kernels/neonbf16, a table of bf16 tiles over this one's fp32 tiles, chosen
+ * by HWCAP2_BF16), no SVE, no dot-product or matrix extensions; those are optional
+ * tables chosen through the HWCAP bits src/dispatch.c reads. It is not tuned on
  * real hardware: qemu checks correctness and instruction-set coverage, never speed. It
  * is not written through kernels/x86/'s vector layer: its tiles are built on FMLA by
  * element and lane loads (no masked loads), not on x86's broadcasts and masks. What it
  * shares with the x86 tables is the exp (kernels/exp.h), the helpers of kernels/simd.h
- * and the names of the same ideas (exp_vec, qkr_rows, PV_WIDE_M, prefetch_row).
+ * and the names of the same ideas (exp_vec, qkr_rows, PV_WIDE_M, prefetch_row); its
+ * lane loads and 16-bit widening are in neon_mem.h, which kernels/neonbf16 reads too.
  *
  * Layout of Kp (kp_align = NR = 8): keys are grouped in panels of 8; panel p holds keys
  * 8p .. 8p+7 transposed, Kp[p * 8 * dk + d * 8 + i] = K[8p + i][d], so for each d the qk

@@ -1,7 +1,8 @@
 /*
  * tiles.h - the x86 tile functions, written once for every x86 vector width: pack_k, the
  * qk and qk_rows register tiles, softmax, the pv register tiles and pv's chunking, the
- * vector exp, and their helpers (widening loads, the transpose, the reduction trees).
+ * vector exp, and their helpers (widening loads, the reduction trees; the transpose is
+ * kernels/x86/transpose.h's).
  * kernels/avx2/avx2.c and kernels/avx512/avx512.c each compile it with their own -m
  * flags, after their vector layer (kernels/x86/vec_avx2.h, vec_avx512.h), and build
  * their table from what it defines.
@@ -45,6 +46,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "transpose.h"
+
 /* A register tile: its own function, never inlined into its caller, so its accumulators
  * are allocated on their own and a profile shows it by name. `unused`: an ISA compiles
  * only the tiles its table, its QKR_MR or its pv_chunk names (AVX2 has no qk_12x2v). */
@@ -54,12 +57,7 @@
  * (the instantiated counts use a part; the rest is never touched). */
 enum { QK_ROWS_MAX = 12, QKR_ROWS_MAX = 8 };
 
-/* ---- widening loads, transpose, reduction trees ---------------------------------- */
-
-/* A vector is LANES 128-bit lanes of 4 floats; the transposes and reduction trees cross
- * them in LANE_ROUNDS = log2 LANES rounds. */
-enum { LANES = VL / 4, LANE_ROUNDS = LANES == 4 ? 2 : 1 };
-_Static_assert(LANES == 2 || LANES == 4, "x86 vectors are 256 or 512 bits");
+/* ---- widening loads, reduction trees (the transpose is transpose.h's) ------------ */
 
 /* The lanes t of a row stored as dt from element i, widened exactly to fp32 (lanes
  * outside t are neither read nor faulted on: 0). */
@@ -69,48 +67,6 @@ ALWAYS_INLINE vf load_dt(const void *row, int i, sdpa_dtype dt, vtail t) {
     if (dt == SDPA_BF16)
         return v_widen_bf16(v_load_u16((const uint16_t *)row + i, t));
     return v_load_tail((const float *)row + i, t);
-}
-
-/* In-register VL x VL transpose: r[i] holds row i; afterwards r[c] holds column c. Within
- * each 128-bit lane, pairs of floats and then pairs of pairs, after which u[4g + c] holds
- * in its lane l rows 4g..4g+3 of column 4l + c; then, for each c, a transpose of the
- * LANES lanes of u[c], u[4 + c], ...: LANE_ROUNDS rounds of even and odd lanes. VL
- * shuffles per round: 4 rounds at VL = 16, 3 at VL = 8. */
-ALWAYS_INLINE void transpose(vf r[VL]) {
-    vf t[VL], u[VL];
-    UNROLL_FULL
-    for (int i = 0; i < VL / 2; i++) {
-        t[2 * i] = v_unpacklo(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = v_unpackhi(r[2 * i], r[2 * i + 1]);
-    }
-    UNROLL_FULL
-    for (int i = 0; i < VL / 4; i++) {
-        u[4 * i + 0] = v_unpacklo2(t[4 * i], t[4 * i + 2]);
-        u[4 * i + 1] = v_unpackhi2(t[4 * i], t[4 * i + 2]);
-        u[4 * i + 2] = v_unpacklo2(t[4 * i + 1], t[4 * i + 3]);
-        u[4 * i + 3] = v_unpackhi2(t[4 * i + 1], t[4 * i + 3]);
-    }
-    UNROLL_FULL
-    for (int c = 0; c < 4; c++) {
-        vf x[LANES], y[LANES];
-        UNROLL_FULL
-        for (int g = 0; g < LANES; g++)
-            x[g] = u[4 * g + c];
-        UNROLL_FULL
-        for (int round = 0; round < LANE_ROUNDS; round++) {
-            UNROLL_FULL
-            for (int i = 0; i < LANES / 2; i++) {
-                y[i] = v_lanes_even(x[2 * i], x[2 * i + 1]);
-                y[i + LANES / 2] = v_lanes_odd(x[2 * i], x[2 * i + 1]);
-            }
-            UNROLL_FULL
-            for (int g = 0; g < LANES; g++)
-                x[g] = y[g];
-        }
-        UNROLL_FULL
-        for (int l = 0; l < LANES; l++)
-            r[4 * l + c] = x[l];
-    }
 }
 
 /* a + b, or max(a, b) when is_max (a compile-time constant). */
