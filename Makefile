@@ -94,8 +94,9 @@ SO_NAME := libsdpa.so.$(SOVERSION)
 SO_FILE := libsdpa.so.$(VERSION)
 
 # The suite replays the fuzz corpus too (tests/test_fuzzcases.c), so the fuzz target's
-# core joins it; common/ is the case library the tests, the bench and the tools share.
-TEST_SRCS := $(wildcard tests/*.c) tests/fuzz/fuzz_core.c common/case.c
+# core joins it; common/ is the case library the tests, the bench and the tools share;
+# bench/shim.c holds the bench's shape table, which the schedule suite checks.
+TEST_SRCS := $(wildcard tests/*.c) tests/fuzz/fuzz_core.c common/case.c bench/shim.c
 TEST_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(TEST_SRCS))
 
 .PHONY: all lib tools test demo cpuinfo install uninstall clean
@@ -177,7 +178,8 @@ $(BUILD)/sdpa-heatmap: tools/sdpa-heatmap.c $(BUILD)/obj/common/case.o $(BUILD)/
 	$(CC) $(BASE_CFLAGS) -o $@ $^ $(LDLIBS) -lz
 
 # The plain-C command-line tools (no Google Benchmark needed).
-tools: $(BUILD)/sdpa-demo $(BUILD)/sdpa-cpuinfo $(BUILD)/sdpa-run $(BUILD)/sdpa-heatmap
+tools: $(BUILD)/sdpa-demo $(BUILD)/sdpa-cpuinfo $(BUILD)/sdpa-run $(BUILD)/sdpa-heatmap \
+       $(BUILD)/sdpa-schedule
 
 # ---- the benchmark (bench/) and the measuring tools (tools/) ---------------------------
 #   make bench               build and run the standard suite (under 3 minutes on 2 cores):
@@ -258,6 +260,12 @@ $(BENCH_BIN): $(BENCH_MAIN) $(BENCH_COBJS) $(BUILD)/libsdpa.a
 
 $(BUILD)/sdpa-run: tools/sdpa-run.c $(BUILD)/obj/bench/shim.o $(BUILD)/obj/common/case.o \
                    $(BUILD)/libsdpa.a
+	$(CC) $(BENCH_CFLAGS) -o $@ $^ $(LDLIBS)
+
+# sdpa-schedule simulates the bench shapes' plans on many threads: it reads the driver's
+# internals (src/schedule.h), so it links the static library.
+$(BUILD)/sdpa-schedule: tools/sdpa-schedule.c $(BUILD)/obj/bench/shim.o \
+                        $(BUILD)/obj/common/case.o $(BUILD)/libsdpa.a
 	$(CC) $(BENCH_CFLAGS) -o $@ $^ $(LDLIBS)
 
 .PHONY: bench bench-full sdpa-run plot compare

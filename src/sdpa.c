@@ -7,6 +7,7 @@
  * A call runs every unit of the plan (any thread, any order: a dynamic schedule) and
  * then every finishing unit (split-KV merges, rows no sequence owns); each unit runs
  * start to finish on one thread, so the results are the same bits for any thread count.
+ * A team takes the units in schedule.c's order: a batch's longest sequences first.
  */
 #include <math.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 #endif
 
 #include "driver.h"
+#include "schedule.h"
 
 /* Below this many flops (2 (Dk + Dv) per visible score) a call runs on the calling
  * thread without entering a parallel region: waking an OpenMP team costs microseconds,
@@ -61,15 +63,16 @@ static int choose_threads(const plan *pl) {
 #endif
 }
 
-/* Every unit, then every finishing unit, on nt threads (scratch: nt x scratch_bytes).
- * Returns the number of threads that ran. */
-static int run_plan(const plan *pl, int nt, char *buf) {
+/* Every unit, then every finishing unit, on nt threads (scratch: nt x scratch_bytes);
+ * a team hands the units out in order ord (schedule.c; NULL: the plan order). Returns
+ * the number of threads that ran. */
+static int run_plan(const plan *pl, int nt, char *buf, const sched_entry *ord) {
     int used = 1;
     if (nt == 1) {
         scratch w;
         plan_scratch(pl, buf, &w);
-        for (int64_t u = 0; u < pl->units; u++)
-            plan_run_unit(pl, u, &w);
+        for (int64_t k = 0; k < pl->units; k++)
+            plan_run_unit(pl, schedule_unit(pl, ord, k), &w);
         for (int64_t f = 0; f < pl->finish_units; f++)
             plan_finish_unit(pl, f, &w);
         return used;
@@ -83,8 +86,8 @@ static int run_plan(const plan *pl, int nt, char *buf) {
         scratch w;
         plan_scratch(pl, buf + (size_t)tid * pl->scratch_bytes, &w);
 #pragma omp for schedule(dynamic, 1)
-        for (int64_t u = 0; u < pl->units; u++)
-            plan_run_unit(pl, u, &w);
+        for (int64_t k = 0; k < pl->units; k++)
+            plan_run_unit(pl, schedule_unit(pl, ord, k), &w);
 #pragma omp for schedule(dynamic, 1)
         for (int64_t f = 0; f < pl->finish_units; f++)
             plan_finish_unit(pl, f, &w);
@@ -101,14 +104,21 @@ sdpa_status sdpa_forward_with(const sdpa_kernels *kt, const sdpa_problem *p,
     /* every allocation before the first output byte is written */
     if (plan_alloc(&pl) != SDPA_OK)
         return SDPA_ERR_OUT_OF_MEMORY;
-    char *buf = sdpa_alloc(pl.scratch_bytes * (size_t)nt);
+    /* a team's order of the units after the workers' scratch (each a multiple of 64
+     * bytes), in the same allocation */
+    const size_t work_bytes = pl.scratch_bytes * (size_t)nt,
+                 ord_bytes = nt > 1 ? (size_t)p->B * sizeof(sched_entry) : 0;
+    char *buf = sdpa_alloc(work_bytes + ord_bytes);
     if (!buf) {
         plan_release(&pl);
         return SDPA_ERR_OUT_OF_MEMORY;
     }
-    const int used = run_plan(&pl, nt, buf);
+    sched_entry *ord = ord_bytes ? (sched_entry *)(void *)(buf + work_bytes) : NULL;
+    if (ord && !schedule_order(&pl, ord))
+        ord = NULL;
+    const int used = run_plan(&pl, nt, buf, ord);
     if (stats)
-        plan_stats(&pl, used, pl.scratch_bytes * (size_t)nt, stats);
+        plan_stats(&pl, used, work_bytes + ord_bytes, stats);
     sdpa_free(buf);
     plan_release(&pl);
     return SDPA_OK;
@@ -130,7 +140,7 @@ sdpa_status sdpa_weights_with(const sdpa_kernels *kt, const sdpa_problem *p, flo
         return SDPA_ERR_OUT_OF_MEMORY;
     const int64_t VB = p->cu_q ? 1 : p->B;
     memset(weights, 0, (size_t)(VB * p->Hq * p->Tq * p->Tkv) * sizeof(float));
-    run_plan(&pl, nt, buf);
+    run_plan(&pl, nt, buf, NULL);
     if (!buf_in)
         sdpa_free(buf);
     return SDPA_OK;

@@ -43,6 +43,7 @@ static const suite suites[] = {
     {"fuzzcases", suite_fuzzcases, PER_ISA},
     {"alloc", suite_alloc, PER_F32_ISA},
     {"plan", suite_plan, PER_F32_ISA},
+    {"schedule", suite_schedule, PER_F32_ISA},
     {"soak", suite_soak, ONCE},
 };
 enum { NSUITES = sizeof suites / sizeof suites[0] };

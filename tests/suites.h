@@ -22,6 +22,7 @@ void suite_fuzzcases(void); /* the fuzz corpus and regression inputs, replayed *
 void suite_soak(void);      /* many host threads at once, bit-identical results */
 void suite_alloc(void);     /* every allocation of every entry point failing in turn */
 void suite_plan(void);      /* plans on pthreads and shuffled, sdpa_merge */
+void suite_schedule(void);  /* the schedule model against real runs, many-core targets */
 void suite_bf16(void);      /* the bf16 compute mode under its error model */
 
 /* Set by main.c from --quick: smaller sweeps for slow builds (sanitizers). */
