@@ -76,12 +76,13 @@ static inline uint16_t sdpa_f32_to_f16(float f) {
     return (uint16_t)(sign | (q + (rem > 0x1000u || (rem == 0x1000u && (q & 1u)))));
 }
 
-/* binary32 -> bfloat16, round to nearest even; NaN stays NaN (quietened). */
+/* binary32 -> bfloat16, round to nearest even; NaN stays NaN (quietened). Written as a
+ * select, not a branch, so loops over rows of it vectorise with the baseline ISA (the
+ * bf16 compute mode rounds every Q row and, on tables without bf16 tiles, K, V and P). */
 static inline uint16_t sdpa_f32_to_bf16(float f) {
     const uint32_t u = sdpa_bits_from_f32(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40u);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    const uint32_t quiet = (u >> 16) | 0x40u, rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
 }
 
 /* Element i of a row stored as dt (an sdpa_dtype), widened to fp32. */

@@ -39,6 +39,13 @@
  * crossover is measured in docs/PERFORMANCE.md, "QK^T in place or packed"). */
 #define QK_ROWS_MAX 16
 
+/* Items of the bf16 mode on a table with bf16 tiles have this many times the table's Br
+ * rows: the tiles do a block's products in about half the fp32 time, so packing K and V
+ * once per item and block weighs twice as much; twice the rows per item halve it again
+ * (prefill-causal on avx512bf16, 1 thread: 225 -> 216 ms; 4x: 214 ms; docs/PERFORMANCE.md,
+ * "bf16 compute"). */
+#define BF16_BR_SCALE 2
+
 /* Split-KV: considered when a call has fewer items than this (enough to keep 64 threads
  * busy without splitting), in chunks of at least this many keys (a multiple of every
  * table's Bc, so chunks cut no block), into about SPLIT_UNITS units in all (4 per thread
@@ -107,7 +114,7 @@ void plan_init(plan *pl, const sdpa_kernels *kt, const sdpa_problem *p, int mode
     pl->p = *p;
     pl->mode = mode;
     pl->weights = weights;
-    pl->br = kt->br;
+    pl->br = kt->br * (p->compute == SDPA_COMPUTE_BF16 && kt->qk_bf16 ? BF16_BR_SCALE : 1);
     pl->bc = kt->bc;
     int64_t tq_max = p->Tq, tkv_max = p->Tkv;
     if (p->cu_q) {
@@ -142,22 +149,10 @@ void plan_init(plan *pl, const sdpa_kernels *kt, const sdpa_problem *p, int mode
      * SPLIT_CHUNK_MIN keys, about SPLIT_UNITS units, as many as fit SPLIT_PARTIAL_FLOATS
      * of partials. The weights are never split: each item writes its own columns. */
     pl->nchunks = 1;
-    /* Many items of uneven length (a batch of decodes against caches of mixed lengths)
-     * are split too when the longest is over 1/SPLIT_ITEMS_MAX of all their keys: on that
-     * many threads it would end alone. Their chunks aim at 2 SPLIT_UNITS units' worth of
-     * keys over all the items, so the longest items' chunks are each ~1/512 of the work
-     * (batched-decode at 64 threads, simulated: 85% unsplit, 86% at 256 units' worth,
-     * 98% at 512; docs/PERFORMANCE.md, "Many cores, simulated"). */
-    int64_t keys = 0;
-    for (int64_t b = 0; b < p->B && pl->items >= SPLIT_ITEMS_MAX; b++)
-        keys += sdpa_sequence(p, b).tkv;
-    keys *= pl->items / p->B; /* items per batch entry: nbh / B heads x items_per_bh */
-    const int uneven = pl->items >= SPLIT_ITEMS_MAX && tkv_max > keys / SPLIT_ITEMS_MAX;
-    if (mode == PLAN_FORWARD && pl->items > 0 && (pl->items < SPLIT_ITEMS_MAX || uneven) &&
+    if (mode == PLAN_FORWARD && pl->items > 0 && pl->items < SPLIT_ITEMS_MAX &&
         tkv_max >= 2 * SPLIT_CHUNK_MIN) {
         int64_t nch = tkv_max / SPLIT_CHUNK_MIN;
-        nch = min64(nch, uneven ? ceil_div(tkv_max * 2 * SPLIT_UNITS, keys)
-                                : ceil_div(SPLIT_UNITS, pl->items));
+        nch = min64(nch, ceil_div(SPLIT_UNITS, pl->items));
         const int64_t fit = SPLIT_PARTIAL_FLOATS / ((int64_t)partial_floats(pl) * pl->items);
         nch = min64(nch, fit);
         if (nch >= 2) {

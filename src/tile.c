@@ -32,6 +32,35 @@
 #include "../kernels/convert.h"
 #include "driver.h"
 
+/* bf16 of n floats, four at a time so the compiler emits baseline-ISA vector code
+ * (basic-block SLP vectorisation, on at -O2: docs/PERFORMANCE.md, "Vectorised plain
+ * loops"); a per-element loop ran scalar and took a quarter of the bf16 mode's time on
+ * tables without bf16 tiles. */
+static void round_f32_bf16(const float *x, int64_t n, uint16_t *out) {
+    int64_t d = 0;
+    for (; d + 4 <= n; d += 4) {
+        out[d] = sdpa_f32_to_bf16(x[d]);
+        out[d + 1] = sdpa_f32_to_bf16(x[d + 1]);
+        out[d + 2] = sdpa_f32_to_bf16(x[d + 2]);
+        out[d + 3] = sdpa_f32_to_bf16(x[d + 3]);
+    }
+    for (; d < n; d++)
+        out[d] = sdpa_f32_to_bf16(x[d]);
+}
+
+/* x[0 .. n) rounded to bf16 values in place (fp32 storage), four at a time as above. */
+static void round_f32_to_bf16_values(float *x, int64_t n) {
+    int64_t d = 0;
+    for (; d + 4 <= n; d += 4) {
+        x[d] = sdpa_bf16_to_f32(sdpa_f32_to_bf16(x[d]));
+        x[d + 1] = sdpa_bf16_to_f32(sdpa_f32_to_bf16(x[d + 1]));
+        x[d + 2] = sdpa_bf16_to_f32(sdpa_f32_to_bf16(x[d + 2]));
+        x[d + 3] = sdpa_bf16_to_f32(sdpa_f32_to_bf16(x[d + 3]));
+    }
+    for (; d < n; d++)
+        x[d] = sdpa_bf16_to_f32(sdpa_f32_to_bf16(x[d]));
+}
+
 void gather_q(const plan *pl, const rows *it, const scratch *w) {
     const sdpa_problem *p = &pl->p;
     const size_t es = sdpa_dtype_size(p->qt);
@@ -48,15 +77,12 @@ void gather_q(const plan *pl, const rows *it, const scratch *w) {
         if (!pl->bf16)
             continue;
         /* bf16 compute: Q rounded once; Qb zero beyond Dk, as qk_bf16 reads it */
-        uint16_t *qb = pl->bf16_tiles ? w->qb + (size_t)r * (size_t)pl->ldqb : NULL;
-        for (int64_t d = 0; d < p->Dk; d++) {
-            const uint16_t h = sdpa_f32_to_bf16(dst[d]);
-            dst[d] = sdpa_bf16_to_f32(h);
-            if (qb)
-                qb[d] = h;
-        }
-        if (qb)
+        if (pl->bf16_tiles) {
+            uint16_t *qb = w->qb + (size_t)r * (size_t)pl->ldqb;
+            round_f32_bf16(dst, p->Dk, qb);
             memset(qb + p->Dk, 0, (size_t)(pl->ldqb - p->Dk) * sizeof(uint16_t));
+        }
+        round_f32_to_bf16_values(dst, p->Dk);
     }
 }
 
@@ -69,8 +95,12 @@ static void round_rows_bf16(int n, int64_t dim, const char *src, int64_t ld, sdp
     for (int j = 0; j < n; j++) {
         const char *row = src + (size_t)(j * ld) * es;
         uint16_t *out = dst + (size_t)j * (size_t)dim;
-        for (int64_t d = 0; d < dim; d++)
-            out[d] = sdpa_f32_to_bf16(sdpa_load_as_f32(row, d, dt));
+        if (dt == SDPA_F32) {
+            round_f32_bf16((const float *)(const void *)row, dim, out);
+        } else {
+            for (int64_t d = 0; d < dim; d++)
+                out[d] = sdpa_f32_to_bf16(sdpa_load_as_f32(row, d, dt));
+        }
     }
 }
 
@@ -144,11 +174,8 @@ static void block_pv(const plan *pl, const rows *it, const scratch *w, int ra, i
     }
     vrows vr = {v, p->vs[2], p->vt};
     if (pl->bf16) {
-        for (int r = 0; r < rb - ra; r++) {
-            float *pr = s + (size_t)r * (size_t)pl->lds;
-            for (int j = 0; j < n; j++)
-                pr[j] = sdpa_bf16_to_f32(sdpa_f32_to_bf16(pr[j]));
-        }
+        for (int r = 0; r < rb - ra; r++)
+            round_f32_to_bf16_values(s + (size_t)r * (size_t)pl->lds, n);
         if (p->vt != SDPA_BF16) {
             round_rows_bf16(n, p->Dv, v, p->vs[2], p->vt, w->vb);
             vr = (vrows){(const char *)w->vb, p->Dv, SDPA_BF16};

@@ -9,7 +9,8 @@
  * model cannot drift from the driver; the plan made from a shape alone must be the plan
  * of the real call. The simulation is checked on schedules worked out by hand, the order
  * sdpa.c hands units out in must be a permutation that runs the same bits, and the bench
- * shapes of issue 15's targets must reach 90% at 64 threads. It does not time anything. Runs per ISA: the tables' tiles plan
+ * shapes of issue 15's targets must reach 90% at 64 threads (batched-decode: its bound,
+ * see below). It does not time anything. Runs per ISA: the tables' tiles plan
  * differently.
  */
 #include <stdio.h>
@@ -159,7 +160,7 @@ static size_t forward_bytes(const sc_case *c, int threads, unsigned char **o, in
     return ob + lb;
 }
 
-/* key lengths of mixed sizes, like batched-decode's, for a split of uneven items */
+/* key lengths of mixed sizes, like batched-decode's */
 static const int64_t uneven_lens[16] = {3000, 40, 1200, 3000, 64, 700, 2500, 10,
                                         300, 3000, 90, 1800, 5, 2200, 150, 1000};
 
@@ -191,17 +192,10 @@ static void entry_order(void) {
          .lens = SC_LENS_KV, .guard = SC_GUARD_NONE, .seed = 77},
         {.B = 3, .Hq = 2, .Hkv = 2, .Tq = 300, .Tkv = 300, .Dk = 32, .Dv = 32, .causal = BR,
          .lens = SC_LENS_KV, .guard = SC_GUARD_NONE, .seed = 78},
-        /* 64 items of uneven length: the plan's "uneven" split-KV */
+        /* 64 items of uneven length, reordered by entry */
         {.B = 16, .Hq = 8, .Hkv = 4, .Tq = 1, .Tkv = 3000, .Dk = 16, .Dv = 16,
          .kv_lens = uneven_lens, .guard = SC_GUARD_NONE, .seed = 79},
     };
-    {
-        plan up;
-        const sdpa_desc ud = sc_desc(&cases[2]);
-        CHECK(schedule_plan(&ud, cases[2].dt, sdpa_isa_lookup(th_isa)->kernels, &up) ==
-                      SDPA_OK && up.items >= 64 && up.chunk > 0,
-              "64 uneven items are not split (chunk %lld)", (long long)up.chunk);
-    }
     for (int i = 0; i < N(cases); i++) {
         unsigned char *one, *team;
         int u1, u4;
@@ -220,10 +214,13 @@ static void entry_order(void) {
 
 /* ---- issue 15's targets at 64 threads ------------------------------------------------ */
 
-/* batched-decode's 128 items (16 entries x 8 K/V heads) are uneven (caches of 64 to
- * 8192 keys): unsplit, its 8192-key items would be 1.83% of the work each, more than a
- * 64th, and no schedule would pass 85.4% at 64 threads; the plan splits such calls
- * (plan.c, "uneven"). */
+/* batched-decode's 128 items (16 entries x 8 K/V heads) are one unit each (the plan
+ * splits keys only for calls of fewer than 64 items). Its 8192-key items are 1.83% of
+ * the work, more than a 64th: no schedule of these units passes 85.4% at 64 threads, and
+ * the entry order reaches that bound (index order: 68%). Splitting such calls too (chunks
+ * worth 1/512 of the keys) reaches 97.9% in the model but measured 2-5% slower at 1 and
+ * 2 threads on the project's host, so it is not done (docs/PERFORMANCE.md, "Many cores,
+ * simulated"); this test holds the bound. */
 static const struct {
     const char *shape;
     double min;
@@ -231,7 +228,7 @@ static const struct {
     {"prefill-causal", 0.90},
     {"long-causal", 0.90},
     {"decode-long", 0.90},
-    {"batched-decode", 0.90},
+    {"batched-decode", 0.85},
 };
 
 static void bench_targets(void) {
