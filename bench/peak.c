@@ -38,7 +38,7 @@ static const struct {
 #endif
 /* the bf16 tables: their own product instruction, their base's streaming read */
 #if defined(SB_PEAK_AVX512BF16)
-    {SDPA_ISA_AVX512_BF16, sb_peak_loop_avx512bf16, sb_read_loop_avx512,
+    {SDPA_ISA_AVX512BF16, sb_peak_loop_avx512bf16, sb_read_loop_avx512,
      "AVX512_BF16 vdpbf16ps, 16 chains x 16 lanes x 2 products"},
 #endif
 #if defined(SB_PEAK_AMX)
@@ -46,7 +46,7 @@ static const struct {
      "AMX TDPBF16PS, 4 accumulator tiles of 16 x 16, K = 32"},
 #endif
 #if defined(SB_PEAK_NEONBF16)
-    {SDPA_ISA_NEON_BF16, sb_peak_loop_neonbf16, sb_read_loop_neon,
+    {SDPA_ISA_NEONBF16, sb_peak_loop_neonbf16, sb_read_loop_neon,
      "BF16 BFMMLA, 16 chains of 2 x 2 x 4"},
 #endif
 };

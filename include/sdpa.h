@@ -217,9 +217,9 @@ typedef enum sdpa_isa {
     SDPA_ISA_AVX2 = 2,    /* x86-64 AVX2 + FMA */
     SDPA_ISA_AVX512 = 3,  /* x86-64 AVX-512 F/BW/DQ/VL */
     SDPA_ISA_NEON = 4,    /* AArch64 Advanced SIMD */
-    SDPA_ISA_AVX512_BF16 = 5, /* avx512 + AVX512_BF16 (vdpbf16ps) for bf16 compute */
+    SDPA_ISA_AVX512BF16 = 5, /* avx512 + AVX512_BF16 (vdpbf16ps) for bf16 compute */
     SDPA_ISA_AMX = 6,     /* avx512_bf16 + AMX-TILE/AMX-BF16 tiles for bf16 compute */
-    SDPA_ISA_NEON_BF16 = 7, /* neon + FEAT_BF16 (BFDOT, BFMMLA) for bf16 compute */
+    SDPA_ISA_NEONBF16 = 7, /* neon + FEAT_BF16 (BFDOT, BFMMLA) for bf16 compute */
     SDPA_ISA_COUNT_ = 8   /* number of values, not an ISA */
 } sdpa_isa;
 

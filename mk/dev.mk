@@ -5,18 +5,21 @@
 
 # ---- aarch64 on an x86 host: cross-compile, run under qemu-user -----------------------
 # Builds the library, the suite and the tools with $(AARCH64_CC) into build-aarch64/
-# (CFLAGS, WERROR... pass through) and runs the whole suite (every aarch64 row: scalar,
-# neon, neonbf16) under qemu twice: -cpu max with 2 OpenMP threads, and a Cortex-A72
-# (ARMv8.0 only: any newer instruction dies with SIGILL) with 1 and --quick (its job is
-# to show the baseline tables run on a core without the newer features; the sweeps ran in
-# full on the same code under max). max is qemu-user's
-# default aarch64 CPU (qemu 7.2: SDPA_VERBOSE=1 reports hwcap bf16 and neonbf16 usable
-# there), named anyway so that the first run keeps FEAT_BF16, and with it the neonbf16
-# table's suites (ukernel, bf16, fuzzcases), whatever another qemu's default is; the A72
-# run has no BF16, so the suite reports neonbf16 not usable and none of its code runs.
-# The threads suite asks for 1, 2, 3 and nproc threads itself in both runs. About five
-# minutes for the max run and two for the A72 one under emulation, at once on 2 cores:
-# they are separate targets, so `make -j2 -O test-aarch64` runs them together. Then sdpa-run --check (plain C, no Google Benchmark)
+# (CFLAGS, WERROR... pass through) and runs the suite under qemu twice, at once (two
+# targets: `make -j2 -O test-aarch64`):
+#   - -cpu max (FEAT_BF16 included) with 2 OpenMP threads: every suite, --quick sweeps,
+#     on the aarch64 tables, neon and neonbf16 (the scalar table is the same C as on x86,
+#     where it runs in full; its aarch64 build runs in the A72 run below). max is
+#     qemu-user's default aarch64 CPU (qemu 7.2: SDPA_VERBOSE=1 reports hwcap bf16 and
+#     neonbf16 usable there), named anyway so the run keeps FEAT_BF16 whatever another
+#     qemu's default is;
+#   - -cpu cortex-a72 (ARMv8.0 only: any newer instruction dies with SIGILL) with 1: the
+#     suites that run every tile function and the driver's paths (api, seeds, sweep,
+#     layout, skip, traps, ukernel) on scalar and neon, --quick: its job is to show the
+#     baseline tables run on a core without the newer features; neonbf16 is reported not
+#     usable there and none of its code runs.
+# Under emulation each run takes about a minute and a half (the whole suite in full on
+# all three tables, five minutes). Then sdpa-run --check (plain C, no Google Benchmark)
 # on both CPUs, and in the bf16 compute mode on neonbf16. Emulated times mean nothing.
 # Debian packages: gcc-aarch64-linux-gnu libgomp1-arm64-cross qemu-user.
 AARCH64_CC   ?= aarch64-linux-gnu-gcc
@@ -28,9 +31,10 @@ aarch64-build:
 	$(MAKE) CC=$(AARCH64_CC) BUILD=build-aarch64 build-aarch64/sdpa-test \
 	  build-aarch64/sdpa-demo $(AARCH64_RUN)
 aarch64-suite-default: aarch64-build
-	OMP_NUM_THREADS=2 $(QEMU_AARCH64) -cpu max build-aarch64/sdpa-test
+	OMP_NUM_THREADS=2 $(QEMU_AARCH64) -cpu max build-aarch64/sdpa-test --quick --isa neon,neonbf16
 aarch64-suite-a72: aarch64-build
-	OMP_NUM_THREADS=1 $(QEMU_AARCH64) -cpu cortex-a72 build-aarch64/sdpa-test --quick
+	OMP_NUM_THREADS=1 $(QEMU_AARCH64) -cpu cortex-a72 build-aarch64/sdpa-test --quick \
+	  --isa scalar,neon api seeds sweep layout skip traps ukernel
 test-aarch64: aarch64-suite-default aarch64-suite-a72
 	$(QEMU_AARCH64) -cpu max $(AARCH64_RUN) --check
 	$(QEMU_AARCH64) -cpu max $(AARCH64_RUN) --check --isa neonbf16 --compute bf16
@@ -126,18 +130,24 @@ tsan:
 # instruction of another table runs; OpenMP's threads sleep instead of spinning (valgrind
 # runs one thread at a time). libgomp keeps its thread pool to the end: only definite
 # leaks count. Every suite but sweep and threads (the same code at many more shapes and
-# thread counts: over a minute each under valgrind, and the ASan build runs them).
+# thread counts: over a minute each under valgrind, and the ASan build runs them); on the
+# SIMD tables also not features and extremes, whose cases reach the driver's paths
+# (masks, lengths, modifiers, special values), which the scalar run covers, while its
+# ukernel, seeds, layout and layer suites reach every tile function of the table
+# (features alone took 78 s on avx2 under valgrind).
 VALGRIND_BUILD  := build-vg
 VALGRIND_ISAS   ?= scalar avx2
 VALGRIND_SUITES ?= api seeds layout skip traps broken ukernel features layer extremes \
                    fuzzcases soak
+VALGRIND_SIMD_SUITES ?= $(filter-out features extremes,$(VALGRIND_SUITES))
 valgrind: $(addprefix valgrind-isa-,$(VALGRIND_ISAS))
 valgrind-build:
 	$(MAKE) BUILD=$(VALGRIND_BUILD) $(VALGRIND_BUILD)/sdpa-test
 valgrind-isa-%: valgrind-build
 	SDPA_ISA=$* OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive valgrind -q --error-exitcode=99 \
 	  --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=definite \
-	  ./$(VALGRIND_BUILD)/sdpa-test --quick --isa $* $(VALGRIND_SUITES)
+	  ./$(VALGRIND_BUILD)/sdpa-test --quick --isa $* \
+	  $(if $(filter scalar,$*),$(VALGRIND_SUITES),$(VALGRIND_SIMD_SUITES))
 
 # ---- ABI: a program built against the previous release's header ---------------------
 # tests/abi/sdpa-0.1.0.h is the 0.1.0 include/sdpa.h, kept verbatim; the caller built

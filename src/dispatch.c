@@ -278,14 +278,14 @@ typedef struct row {
  * after the rows built on it. */
 static const row rows[] = {
 #if defined(__x86_64__) || defined(__i386__)
-    {SDPA_ISA_AMX, "amx", SDPA_ISA_AVX512_BF16, TABLE_AMX, usable_amx, F32 | BF16},
-    {SDPA_ISA_AVX512_BF16, "avx512bf16", SDPA_ISA_AVX512, TABLE_AVX512BF16, usable_avx512_bf16,
+    {SDPA_ISA_AMX, "amx", SDPA_ISA_AVX512BF16, TABLE_AMX, usable_amx, F32 | BF16},
+    {SDPA_ISA_AVX512BF16, "avx512bf16", SDPA_ISA_AVX512, TABLE_AVX512BF16, usable_avx512_bf16,
      F32 | BF16},
     {SDPA_ISA_AVX512, "avx512", SDPA_ISA_SCALAR, TABLE_AVX512, usable_avx512, F32 | BF16},
     {SDPA_ISA_AVX2, "avx2", SDPA_ISA_SCALAR, TABLE_AVX2, usable_avx2, F32 | BF16},
 #endif
 #if defined(__aarch64__)
-    {SDPA_ISA_NEON_BF16, "neonbf16", SDPA_ISA_NEON, TABLE_NEONBF16, usable_neon_bf16, F32 | BF16},
+    {SDPA_ISA_NEONBF16, "neonbf16", SDPA_ISA_NEON, TABLE_NEONBF16, usable_neon_bf16, F32 | BF16},
     {SDPA_ISA_NEON, "neon", SDPA_ISA_SCALAR, TABLE_NEON, usable_neon, F32 | BF16},
 #endif
     {SDPA_ISA_SCALAR, "scalar", SDPA_ISA_AUTO, &sdpa_kernels_scalar, usable_always, F32 | BF16},
@@ -295,11 +295,11 @@ enum { NROWS = sizeof rows / sizeof rows[0] };
 /* Every ISA value names a row on some target; rows of other targets are listed as not
  * built, so names and lookups work everywhere. */
 static const row foreign[] = {
-    {SDPA_ISA_AMX, "amx", SDPA_ISA_AVX512_BF16, NULL, NULL, 0},
-    {SDPA_ISA_AVX512_BF16, "avx512bf16", SDPA_ISA_AVX512, NULL, NULL, 0},
+    {SDPA_ISA_AMX, "amx", SDPA_ISA_AVX512BF16, NULL, NULL, 0},
+    {SDPA_ISA_AVX512BF16, "avx512bf16", SDPA_ISA_AVX512, NULL, NULL, 0},
     {SDPA_ISA_AVX512, "avx512", SDPA_ISA_SCALAR, NULL, NULL, 0},
     {SDPA_ISA_AVX2, "avx2", SDPA_ISA_SCALAR, NULL, NULL, 0},
-    {SDPA_ISA_NEON_BF16, "neonbf16", SDPA_ISA_NEON, NULL, NULL, 0},
+    {SDPA_ISA_NEONBF16, "neonbf16", SDPA_ISA_NEON, NULL, NULL, 0},
     {SDPA_ISA_NEON, "neon", SDPA_ISA_SCALAR, NULL, NULL, 0},
 };
 

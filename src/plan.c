@@ -76,7 +76,7 @@ static size_t scratch_layout(const plan *pl, char *base, scratch *w) {
             w->field = (type *)(void *)(base + off);                                     \
         off += round_up((size_t)(count) * sizeof(type), 64);                             \
     } while (0)
-    CARVE(q, float, br * (size_t)pl->ldq);
+    CARVE(q, float, tiles ? 0 : br * (size_t)pl->ldq); /* the bf16 tiles read Qb only */
     CARVE(kp, float, kp);
     CARVE(qb, uint16_t, tiles ? br * (size_t)pl->ldqb : 0);
     CARVE(kpb, uint16_t, tiles ? round_up(bc, (size_t)kt->kpb_align) * dk32 : 0);

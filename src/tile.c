@@ -68,21 +68,26 @@ void gather_q(const plan *pl, const rows *it, const scratch *w) {
         const char *src = (const char *)p->q +
                           (size_t)(it->b * p->qs[0] + w->h[r] * p->qs[1] +
                                    (it->seq.q0 + w->i[r]) * p->qs[2]) * es;
+        if (pl->bf16_tiles) { /* only Qb is read: bf16, zero beyond Dk as qk_bf16 wants */
+            uint16_t *qb = w->qb + (size_t)r * (size_t)pl->ldqb;
+            if (p->qt == SDPA_F32)
+                round_f32_bf16((const float *)(const void *)src, p->Dk, qb);
+            else if (p->qt == SDPA_BF16)
+                memcpy(qb, src, (size_t)p->Dk * sizeof(uint16_t));
+            else
+                for (int64_t d = 0; d < p->Dk; d++)
+                    qb[d] = sdpa_f32_to_bf16(sdpa_load_as_f32(src, d, p->qt));
+            memset(qb + p->Dk, 0, (size_t)(pl->ldqb - p->Dk) * sizeof(uint16_t));
+            continue;
+        }
         float *dst = w->q + (size_t)r * (size_t)pl->ldq;
         if (p->qt == SDPA_F32)
             memcpy(dst, src, (size_t)p->Dk * sizeof(float));
         else
             for (int64_t d = 0; d < p->Dk; d++)
                 dst[d] = sdpa_load_as_f32(src, d, p->qt);
-        if (!pl->bf16)
-            continue;
-        /* bf16 compute: Q rounded once; Qb zero beyond Dk, as qk_bf16 reads it */
-        if (pl->bf16_tiles) {
-            uint16_t *qb = w->qb + (size_t)r * (size_t)pl->ldqb;
-            round_f32_bf16(dst, p->Dk, qb);
-            memset(qb + p->Dk, 0, (size_t)(pl->ldqb - p->Dk) * sizeof(uint16_t));
-        }
-        round_f32_to_bf16_values(dst, p->Dk);
+        if (pl->bf16) /* the fp32 tiles read Q rounded to bf16 values */
+            round_f32_to_bf16_values(dst, p->Dk);
     }
 }
 

@@ -3,7 +3,7 @@
  * host can run), says which ISAs ran and which were skipped and why, and ends with
  * "N passed, N failed". Exit status 0 only when nothing failed.
  *
- *   sdpa-test [-v] [--quick] [--isa NAME] [SUITE...]
+ *   sdpa-test [-v] [--quick] [--isa NAME[,NAME...]] [SUITE...]
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,11 +55,24 @@ static double now(void) {
 }
 
 static int usage(void) {
-    fprintf(stderr, "usage: sdpa-test [-v] [--quick] [--isa NAME] [SUITE...]\nsuites:");
+    fprintf(stderr, "usage: sdpa-test [-v] [--quick] [--isa NAME[,NAME...]] [SUITE...]\nsuites:");
     for (int i = 0; i < NSUITES; i++)
         fprintf(stderr, " %s", suites[i].name);
     fprintf(stderr, "\n");
     return 2;
+}
+
+/* Whether name is one of the comma-separated names of list. */
+static int listed(const char *list, const char *name) {
+    const size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        const size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && strncmp(p, name, n) == 0)
+            return 1;
+        p += len + (e != NULL);
+    }
+    return 0;
 }
 
 int main(int argc, char **argv) {
@@ -94,7 +107,7 @@ int main(int argc, char **argv) {
             why = "not built for this target";
         else if (!sdpa_isa_supported(isa))
             why = "built, but this CPU/OS cannot run it";
-        else if (only_isa && strcmp(only_isa, sdpa_isa_name(isa)) != 0)
+        else if (only_isa && !listed(only_isa, sdpa_isa_name(isa)))
             why = "not selected by --isa";
         if (why) {
             printf("isa %-7s skipped: %s\n", sdpa_isa_name(isa), why);

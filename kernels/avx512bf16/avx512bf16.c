@@ -277,7 +277,7 @@ static void avx512bf16_pv_bf16(int m, int n, int dv, const float *p, int ldp,
 
 /* Only the bf16 entries; everything else, Br and Bc included, is the avx512 row's. */
 const sdpa_kernels sdpa_kernels_avx512bf16 = {
-    .isa = SDPA_ISA_AVX512_BF16, .name = "avx512bf16",
+    .isa = SDPA_ISA_AVX512BF16, .name = "avx512bf16",
     .kpb_align = KPB_KEYS, .vpb_align = VPB_KEYS,
     .pack_k_bf16 = x86_pack_k_bf16, .qk_bf16 = qkb_12x2v,
     .pack_v_bf16 = x86_pack_v_bf16, .pv_bf16 = avx512bf16_pv_bf16,

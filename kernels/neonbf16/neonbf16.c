@@ -497,7 +497,7 @@ static void neonbf16_pv_bf16(int m, int n, int dv, const float *p, int ldp, cons
 /* Only the bf16 entries and their alignments: the registry takes everything else from
  * the neon row (src/dispatch.c, overlay). */
 const sdpa_kernels sdpa_kernels_neonbf16 = {
-    .isa = SDPA_ISA_NEON_BF16, .name = "neonbf16",
+    .isa = SDPA_ISA_NEONBF16, .name = "neonbf16",
     .kpb_align = KPANEL, .vpb_align = VGROUP,
     .pack_k_bf16 = neonbf16_pack_k_bf16, .qk_bf16 = neonbf16_qk_bf16,
     .pack_v_bf16 = neonbf16_pack_v_bf16, .pv_bf16 = neonbf16_pv_bf16,

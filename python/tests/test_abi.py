@@ -54,7 +54,7 @@ def test_enums_match_the_header():
         pytest.skip("needs include/sdpa.h (a source checkout)")
     for enum_cls, prefix in ((_capi.Status, "SDPA_"), (_capi.DType, "SDPA_"),
                              (_capi.Causal, "SDPA_CAUSAL_"), (_capi.MaskKind, "SDPA_MASK_"),
-                             (_capi.Isa, "SDPA_ISA_")):
+                             (_capi.Isa, "SDPA_ISA_"), (_capi.Compute, "SDPA_COMPUTE_")):
         for member in enum_cls:
             want = f"{prefix}{member.name} = {int(member)}"
             assert want in text, f"{enum_cls.__name__}.{member.name}: no '{want}' in sdpa.h"
