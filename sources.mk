@@ -3,7 +3,7 @@
 # lines below, so keep each on one line). Adding a source file or an ISA starts here.
 
 # The portable driver, compiled with no -m flags.
-SDPA_SRCS := src/abi1.c src/alloc.c src/api.c src/dispatch.c src/finalize.c src/linear.c src/mask.c src/merge.c src/mha.c src/plan.c src/reference.c src/schedule.c src/sdpa.c src/tile.c src/validate.c
+SDPA_SRCS := src/abi1.c src/alloc.c src/api.c src/dispatch.c src/finalize.c src/kvcache.c src/kvwrite.c src/linear.c src/mask.c src/merge.c src/mha.c src/plan.c src/reference.c src/schedule.c src/sdpa.c src/tile.c src/validate.c
 
 # One kernel table per ISA; scalar is built on every target.
 SDPA_KERNELS_scalar := kernels/scalar/scalar.c

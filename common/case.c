@@ -74,6 +74,8 @@ static uint16_t f32_to_bf16(float f) {
 
 size_t sc_dtype_size(sdpa_dtype t) { return t == SDPA_F32 ? 4 : 2; }
 
+static int quantized(sdpa_dtype t) { return t >= SDPA_I8 && t <= SDPA_I4; }
+
 void sc_store(void *buf, size_t i, sdpa_dtype t, float x) {
     if (t == SDPA_F16)
         ((uint16_t *)buf)[i] = f32_to_f16(x);
@@ -324,6 +326,129 @@ static int make_heads(sc_tensors *t, const sc_case *c) {
     return 0;
 }
 
+/* Largest code magnitude of a quantized format (sdpa_kv_write's Q). */
+static float code_max(sdpa_dtype t) {
+    return t == SDPA_I8 ? 127.0f : t == SDPA_I4 ? 7.0f : t == SDPA_FP8_E4M3 ? 448.0f : 57344.0f;
+}
+
+/* K (i = 1) or V (i = 2) as a cache: the contiguous source view *v (Tkv rows per entry)
+ * written by sdpa_kv_write into a pool of shuffled pages (c->page) or a contiguous cache,
+ * stored as c->dt[i] with scales as c->qscale says; *v becomes the cache's view. Every
+ * byte no row is written to holds 0xff (NaN for the float types and fp8; the scales of
+ * unwritten rows are NaN too), so a read of a wrong page or slot shows. */
+static int make_cache(sc_tensors *t, const sc_case *c, int i, int64_t Tkv, sdpa_tensor *v) {
+    const sdpa_dtype cdt = c->dt[i];
+    const int64_t H = c->Hkv, D = i == 1 ? c->Dk : c->Dv, VB = t->VB;
+    const int64_t P = c->page > 0 ? c->page : Tkv, per = (Tkv + P - 1) / P;
+    const int64_t n0 = c->page > 0 ? VB * per + 2 : VB; /* pages, two of them never used */
+    const int bits = quantized(cdt) ? (cdt == SDPA_I4 ? 4 : 8) : 8 * (int)sc_dtype_size(cdt);
+    if (c->page > 0 && !t->table) {
+        uint64_t rng = c->seed ^ 0x9a9e5u;
+        int32_t *perm = malloc((size_t)n0 * sizeof(int32_t));
+        t->table = malloc((size_t)(VB * per) * sizeof(int32_t));
+        if (!perm || !t->table) {
+            free(perm);
+            return -1;
+        }
+        for (int64_t p = 0; p < n0; p++)
+            perm[p] = (int32_t)p;
+        for (int64_t p = n0 - 1; p > 0; p--) { /* Fisher-Yates */
+            const int64_t q = (int64_t)(sc_rand_u64(&rng) % (uint64_t)(p + 1));
+            const int32_t x = perm[p];
+            perm[p] = perm[q];
+            perm[q] = x;
+        }
+        for (int64_t b = 0; b < VB; b++) /* pages past an entry's length: not pages */
+            for (int64_t p = 0; p < per; p++) {
+                const int64_t len = t->desc.kv_lens ? t->desc.kv_lens[b] : Tkv;
+                t->table[b * per + p] = p * P < len ? perm[b * per + p] : -1;
+            }
+        free(perm);
+        t->desc.pages = (sdpa_pages){t->table, per, P, n0};
+    }
+    /* the cache's view: [n0, Hkv, P, D] or, for SC_BTHD, [n0, P, Hkv, D]; padded gaps
+     * even, so an int4 row still starts on a byte */
+    const int64_t gap = c->layout == SC_PADDED ? 2 : 0;
+    sdpa_tensor cv = {.dtype = cdt};
+    if (c->layout == SC_BTHD) {
+        cv.stride_h = D;
+        cv.stride_t = H * D;
+        cv.stride_b = P * H * D;
+    } else {
+        cv.stride_t = D + gap;
+        cv.stride_h = P * cv.stride_t + 2 * gap;
+        cv.stride_b = H * cv.stride_h + 3 * gap;
+    }
+    const size_t elems = (size_t)max_offset(&cv, n0, H, P, D) + 1;
+    const size_t bytes = (elems * (size_t)bits + 7) / 8;
+    if (!(t->cache[i - 1] = sc_alloc(bytes, c->guard)))
+        return -1;
+    t->cache_bytes[i - 1] = bytes;
+    memset(t->cache[i - 1], 0xff, bytes);
+    cv.data = t->cache[i - 1];
+
+    sdpa_scales sc = {0};
+    int computed = 0;
+    if (quantized(cdt)) {
+        const int64_t G = c->qscale == SC_QS_ROW && c->qgroup ? c->qgroup : D, ng = D / G;
+        const size_t ses = sc_dtype_size(c->qscale_dt);
+        size_t n = 1;
+        sc = (sdpa_scales){.dtype = c->qscale_dt, .group = c->qscale == SC_QS_ROW ? c->qgroup : 0};
+        if (c->qscale == SC_QS_ROW) {
+            sc.stride_t = ng;
+            sc.stride_h = P * ng;
+            sc.stride_b = H * P * ng;
+            n = (size_t)(n0 * H * P * ng);
+            computed = 1;
+        } else if (c->qscale == SC_QS_HEAD) {
+            sc.stride_h = 1;
+            n = (size_t)H;
+        }
+        if (!(t->scales[i - 1] = sc_alloc(n * ses, c->guard)))
+            return -1;
+        memset(t->scales[i - 1], 0xff, n * ses);
+        sc.data = t->scales[i - 1];
+        if (!computed) /* largest |x| of the head (or the tensor) over Q, nonzero */
+            for (int64_t h = 0; h < (int64_t)n; h++) {
+                float amax = 0.0f;
+                for (int64_t b = 0; b < VB; b++)
+                    for (int64_t hh = 0; hh < H; hh++)
+                        for (int64_t r = 0; r < Tkv; r++)
+                            for (int64_t d = 0; d < D; d++)
+                                if (c->qscale == SC_QS_TENSOR || hh == h)
+                                    amax = fmaxf(amax, fabsf(sc_get(v, b, hh, r, d)));
+                sc_store(t->scales[i - 1], (size_t)h, c->qscale_dt,
+                         (amax > 0.0f ? amax : 1.0f) / code_max(cdt));
+            }
+    }
+    for (int64_t b = 0; b < VB; b++) {
+        const int64_t len = t->desc.kv_lens ? t->desc.kv_lens[b] : Tkv;
+        if (len == 0)
+            continue;
+        sdpa_kv_write_desc wd = {.batch = 1, .heads = H, .len = len, .dim = D, .len_kv = Tkv,
+                                 .scales = sc, .compute_scales = computed};
+        sdpa_tensor dst = cv;
+        if (c->page > 0) {
+            wd.pages = t->desc.pages;
+            wd.pages.block_table = t->table + b * per;
+        } else {
+            dst.data = (char *)cv.data + (size_t)(b * cv.stride_b) * (size_t)bits / 8;
+            if (sc.data)
+                wd.scales.data = (const char *)sc.data +
+                                 (size_t)(b * sc.stride_b) * sc_dtype_size(sc.dtype);
+        }
+        const sdpa_tensor src = sc_view_at(v, b, 0, 0);
+        if (sdpa_kv_write(&wd, &src, &dst) != SDPA_OK)
+            return -1;
+    }
+    *v = cv;
+    if (i == 1)
+        t->desc.k_scales = sc;
+    else
+        t->desc.v_scales = sc;
+    return 0;
+}
+
 sdpa_desc sc_desc(const sc_case *c) {
     return (sdpa_desc){.batch = c->B, .heads_q = c->Hq, .heads_kv = c->Hkv, .len_q = c->Tq,
                        .len_kv = c->Tkv, .dim_qk = c->Dk, .dim_v = c->Dv, .scale = c->scale,
@@ -360,15 +485,21 @@ int sc_tensors_make(sc_tensors *t, const sc_case *c) {
     const int64_t D[4] = {c->Dk, c->Dk, c->Dv, c->Dv};
     uint64_t rng = c->seed;
     const float amp = c->amplitude != 0.0f ? c->amplitude : 1.0f;
+    if (c->page > 0 && c->lens == SC_LENS_VARLEN) {
+        sc_tensors_free(t);
+        return -1;
+    }
     for (int i = 0; i < 4; i++) {
         if (i == 2 && c->v_in_k) { /* V: the first Dv columns of K, the same memory */
             *views[2] = *views[1];
             views[2]->dtype = c->dt[1];
             continue;
         }
-        *views[i] = make_view(c->layout, c->dt[i], H[i], T[i], D[i]);
+        /* a quantized operand's source rows are fp32 */
+        const sdpa_dtype sdt = quantized(c->dt[i]) ? SDPA_F32 : c->dt[i];
+        *views[i] = make_view(c->layout, sdt, H[i], T[i], D[i]);
         t->elems[i] = (size_t)max_offset(views[i], t->VB, H[i], T[i], D[i]) + 1;
-        const size_t es = sc_dtype_size(c->dt[i]);
+        const size_t es = sc_dtype_size(sdt);
         const size_t shift = c->guard == SC_GUARD_BEFORE ? (size_t)c->misalign : 0;
         char *buf = sc_alloc((t->elems[i] + shift) * es, c->guard);
         if (!buf) {
@@ -379,7 +510,12 @@ int sc_tensors_make(sc_tensors *t, const sc_case *c) {
         views[i]->data = buf + shift * es;
         if (i < 3) {
             for (size_t e = 0; e < t->elems[i]; e++)
-                sc_store(views[i]->data, e, c->dt[i], amp * sc_rand_float(&rng));
+                sc_store(views[i]->data, e, sdt, amp * sc_rand_float(&rng));
+            if ((i == 1 || i == 2) && (c->page > 0 || quantized(c->dt[i])) &&
+                make_cache(t, c, i, Tkv, views[i]) != 0) {
+                sc_tensors_free(t);
+                return -1;
+            }
         } else if (es == 4) {
             const uint32_t s = SC_SENTINEL_F32;
             for (size_t e = 0; e < t->elems[i]; e++)
@@ -411,12 +547,17 @@ void sc_tensors_free(sc_tensors *t) {
     free(t->kvlens);
     free(t->cuq);
     free(t->cukv);
+    for (int i = 0; i < 2; i++) {
+        sc_free(t->cache[i]);
+        sc_free(t->scales[i]);
+    }
+    free(t->table);
     memset(t, 0, sizeof *t);
 }
 
 const char *sc_case_str(const sc_case *c, char *buf, size_t n) {
     static const char *layouts[] = {"bhtd", "bthd", "padded"};
-    static const char *dts[] = {"f32", "f16", "bf16"};
+    static const char *dts[] = {"f32", "f16", "bf16", "i8", "e4m3", "e5m2", "i4"};
     static const char *lens[] = {"none", "padded", "kv", "varlen"};
     static const char *guards[] = {"after", "before", "none"};
     int k = snprintf(buf, n,
@@ -435,6 +576,10 @@ const char *sc_case_str(const sc_case *c, char *buf, size_t n) {
                  c->mask, dts[c->mask_dt], c->mask_bcast, (double)c->mask_hidden,
                  lens[c->lens], c->kv_lens ? "+given kv_lens" : "", (double)c->dropout,
                  c->compute == SDPA_COMPUTE_BF16 ? " compute=bf16" : "");
+    k = (int)strlen(buf);
+    if ((c->page > 0 || quantized(c->dt[1]) || quantized(c->dt[2])) && (size_t)k < n)
+        snprintf(buf + k, n - (size_t)k, " page=%lld qscale=%d/%s qgroup=%lld",
+                 (long long)c->page, c->qscale, dts[c->qscale_dt], (long long)c->qgroup);
     return buf;
 }
 

@@ -97,7 +97,18 @@ typedef struct sc_case {
     int compute;      /* desc.compute: an sdpa_compute value */
     int v_in_k;       /* V is a view of K's memory, its first Dv columns (Dv <= Dk; MLA's
                          latent cache, where V is the compressed part of K) */
+    /* KV cache storage (include/sdpa.h "KV caches"); dt[1] / dt[2] may be quantized */
+    int64_t page;     /* > 0: K and V paged, pages of this many tokens drawn from a pool in
+                         shuffled order (not with SC_LENS_VARLEN) */
+    int qscale;       /* quantized K/V: SC_QS_ROW, SC_QS_HEAD or SC_QS_TENSOR scales */
+    int64_t qgroup;   /* SC_QS_ROW: channels per scale (0 = the whole row) */
+    sdpa_dtype qscale_dt; /* the scales' dtype (F32 or F16) */
 } sc_case;
+
+/* Scale granularities of a quantized K/V case: per (token, head [, group]) computed by
+ * sdpa_kv_write, or per head / per tensor computed from the data's largest |x| and
+ * given to it (calibrated scales, as fp8 caches use). */
+enum { SC_QS_ROW = 0, SC_QS_HEAD = 1, SC_QS_TENSOR = 2 };
 
 /* A built case: the descriptor and views of a case, filled, ready for either entry
  * point. Two sets made from the same case hold the same values. */
@@ -111,6 +122,11 @@ typedef struct sc_tensors {
     void *mask;
     float *slopes, *sinks;
     int64_t *qlens, *kvlens, *cuq, *cukv;
+    /* paged or quantized K/V: bufs[1] / bufs[2] hold the contiguous source rows (fp32
+     * when quantized) from which sdpa_kv_write filled these caches, which k and v view */
+    void *cache[2], *scales[2];
+    size_t cache_bytes[2];
+    int32_t *table;   /* the block table, [VB, ceil(Tkv / page)] */
 } sc_tensors;
 
 /* The descriptor of c without its buffers: the dimensions, the scalar features and the

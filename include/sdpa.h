@@ -112,7 +112,18 @@ SDPA_API const char *sdpa_version(void);
 typedef enum sdpa_dtype {
     SDPA_F32 = 0,  /* IEEE-754 binary32 */
     SDPA_F16 = 1,  /* IEEE-754 binary16 */
-    SDPA_BF16 = 2  /* bfloat16 (the upper half of a binary32) */
+    SDPA_BF16 = 2, /* bfloat16 (the upper half of a binary32) */
+    /* Quantized storage, for K and V only (sdpa_desc.k_scales / v_scales give their
+     * scales; see "KV caches" below). Element x is stored as a code c and read as
+     *     x = fl(value(c) * scale)        one fp32 multiplication, rounded to nearest even
+     * which sdpa_forward and sdpa_reference compute alike (exact dequantization: the
+     * kernels see exactly these fp32 values). */
+    SDPA_I8 = 3,       /* int8, symmetric: value(c) = c, -128 .. 127 */
+    SDPA_FP8_E4M3 = 4, /* OCP 8-bit float E4M3 (bias 7, no inf, S.1111.111 is NaN, max 448) */
+    SDPA_FP8_E5M2 = 5, /* OCP 8-bit float E5M2 (bias 15, IEEE-style inf and NaN, max 57344) */
+    SDPA_I4 = 6        /* 4-bit signed, -8 .. 7, two per byte: element e of a view lives in
+                          byte e / 2, the low nibble for even e. Every stride and the row
+                          length must be even (rows start on bytes). */
 } sdpa_dtype;
 
 /* A strided view of a 4-d operand [B, H, T, D] whose last dimension is contiguous.
@@ -171,6 +182,54 @@ typedef struct sdpa_mask {
     int64_t stride_h;     /* elements between query heads; 0 broadcasts over heads */
     int64_t stride_q;     /* elements between query rows; 0 broadcasts over rows */
 } sdpa_mask;
+
+/* ---- KV caches: quantized and paged K/V ---------------------------------------------
+ *
+ * Scales of a quantized K or V, as their own strided view: the scale of element
+ * (b, h, t, d) of K (or V) is
+ *     scales[b*stride_b + h*stride_h + t*stride_t + d / group]
+ * Strides in elements (>= 0; 0 broadcasts), so one view says every common granularity:
+ *     per tensor       all strides 0, group 0            (fp8: vLLM, SGLang)
+ *     per head         stride_h = 1, group 0
+ *     per token, head  stride_b, stride_h, stride_t, group 0   (int8: OpenVINO, ORT)
+ *     per group of G   the same and group = G, G | D    (int8/int4 groups of 32, 64:
+ *                                                       llama.cpp q8_0/q4_0)
+ * Under paging (sdpa_pages) b and t are the page and the slot within it, as for K and V.
+ * Scales must be finite (a scale is data: a NaN scale makes NaN values, which propagate
+ * like any NaN in K or V). */
+typedef struct sdpa_scales {
+    const void *data;  /* NULL: the operand is not quantized (and must not use a quantized
+                          dtype); required for SDPA_I8, SDPA_FP8_*, SDPA_I4 */
+    sdpa_dtype dtype;  /* SDPA_F32 or SDPA_F16 */
+    int64_t group;     /* channels per scale, dividing the row (dim_qk for K, dim_v for V);
+                          0 = the whole row. Even for SDPA_I4. */
+    int64_t stride_b;  /* elements between batch entries (pages, when paged) */
+    int64_t stride_h;  /* elements between KV heads */
+    int64_t stride_t;  /* elements between tokens (slots within a page, when paged) */
+} sdpa_scales;
+
+/* Paged K/V (vLLM's and SGLang's paged KV cache, FlashAttention's block_table): keys of
+ * batch entry b live in pages of page_size tokens drawn from a pool; key j of entry b is
+ * slot j % page_size of page block_table[b*stride + j / page_size]. The K and V views
+ * (and per-token scales) then describe the pool: their data is page 0, stride_b the
+ * elements between pages, stride_h and stride_t the head and slot strides within a
+ * page, so both common pool layouts are views:
+ *     [pages, Hkv, page_size, D]:  stride_b = Hkv*page_size*D, stride_h = page_size*D,
+ *                                  stride_t = D
+ *     [pages, page_size, Hkv, D]:  stride_b = page_size*Hkv*D, stride_h = D,
+ *                                  stride_t = Hkv*D
+ * The table has a row of ceil(len_kv / page_size) entries per batch entry; entry b reads
+ * only its first ceil(Tkv_b / page_size) (Tkv_b = kv_lens[b] or len_kv), and each of
+ * those must be a page of the pool, 0 <= index < num_pages: validation reads them all
+ * before anything is written (SDPA_ERR_BAD_ARGUMENT otherwise). Pages may be shared
+ * between entries and appear in any order; pages outside a row's window or beyond its
+ * length are never touched. Not with packed varlen (cu_seqlens). */
+typedef struct sdpa_pages {
+    const int32_t *block_table; /* [batch, ceil(len_kv / page_size)]; NULL = not paged */
+    int64_t stride;             /* int32 elements between the rows of batch entries */
+    int64_t page_size;          /* tokens per page, >= 1 */
+    int64_t num_pages;          /* pages in the pool, >= 1 */
+} sdpa_pages;
 
 /* The precision of the two products. SDPA_COMPUTE_F32 (0) is exact fp32 arithmetic
  * whatever the storage. SDPA_COMPUTE_BF16 is what FlashAttention, vLLM's and SGLang's CPU
@@ -311,6 +370,11 @@ typedef struct sdpa_desc {
 
     /* ---- compute precision (appended in ABI level 2) ---- */
     int compute;            /* an sdpa_compute value; 0 = exact fp32 products */
+
+    /* ---- KV cache storage (appended in ABI level 2) ---- */
+    sdpa_scales k_scales;   /* K's scales when k has a quantized dtype; .data NULL = none */
+    sdpa_scales v_scales;   /* V's, likewise (each operand quantized independently) */
+    sdpa_pages pages;       /* K and V read through a block table; .block_table NULL = off */
 } sdpa_desc;
 
 /* Limits on the descriptor's dimensions (inclusive). */
@@ -349,6 +413,42 @@ SDPA_API sdpa_status sdpa_reference(const sdpa_desc *desc, const sdpa_tensor *q,
 SDPA_API sdpa_status sdpa_attention_weights(const sdpa_desc *desc, const sdpa_tensor *q,
                                             const sdpa_tensor *k, const float *lse,
                                             float *weights);
+
+/* ---- writing a KV cache -------------------------------------------------------------- */
+
+/* Writes new tokens into a K or V cache exactly as sdpa_forward reads it: rows
+ * src[b, h, t, :] (fp32, f16 or bf16), t < len, go to cache rows pos[b] + t of entry b
+ * (through desc->pages when its block_table is set), converted to the cache's dtype:
+ *   - F32, F16, BF16: rounded to nearest even (a paged copy when the dtypes agree);
+ *   - quantized, desc->scales.data holds the scales (sdpa_scales, same indexing as the
+ *     cache's). With compute_scales = 1 each (token, head, group) gets
+ *         scale = amax / Q  (fp32 division; amax the group's largest |x|, Q = 127 for
+ *                            SDPA_I8, 7 for SDPA_I4, 448 for E4M3, 57344 for E5M2)
+ *     written to the scale view (fp32, or rounded to f16 for an f16 view; a scale that
+ *     rounds to 0 or is 0 stores codes 0), which then must give every (token, head,
+ *     group) its own element. With compute_scales = 0 the scales are read (calibrated
+ *     per-tensor or per-head fp8, static int8). Codes: c = x / scale (fp32 division)
+ *     rounded to nearest even, saturated to the format's range (int8 -127 .. 127, int4
+ *     -7 .. 7, fp8 to +-max: e4m3 saturates, e5m2 too, as vLLM does); NaN is stored as
+ *     NaN in fp8 and as 0 in int8/int4 (no NaN code); an infinite x saturates.
+ * The same inputs give the same bytes for any thread count. Errors as for sdpa_forward's
+ * views (the cache and the scales are outputs: SDPA_ERR_OVERLAP when they share memory
+ * with src; SDPA_ERR_BAD_ARGUMENT for a page index outside the pool or pos[b] + len
+ * beyond len_kv); nothing is written on error. */
+typedef struct sdpa_kv_write_desc {
+    int64_t batch, heads, len; /* the new rows: [batch, heads, len, dim] */
+    int64_t dim;
+    int64_t len_kv;            /* the cache's capacity in tokens per entry (the block
+                                  table's row covers ceil(len_kv / page_size) pages) */
+    const int64_t *pos;        /* [batch] first cache row written per entry; NULL = 0 */
+    sdpa_pages pages;          /* the cache's paging; .block_table NULL = contiguous */
+    sdpa_scales scales;        /* the cache's scales (quantized dtypes only) */
+    int compute_scales;        /* 1: compute and write the scales; 0: read them */
+    int num_threads;           /* as in sdpa_desc */
+} sdpa_kv_write_desc;
+
+SDPA_API sdpa_status sdpa_kv_write(const sdpa_kv_write_desc *desc, const sdpa_tensor *src,
+                                   const sdpa_tensor *cache);
 
 /* ---- plans: the fused path on the caller's threads ------------------------------- */
 

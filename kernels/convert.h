@@ -92,7 +92,7 @@ static inline float sdpa_load_as_f32(const void *row, int64_t i, sdpa_dtype dt) 
         return sdpa_f16_to_f32(((const uint16_t *)row)[i]);
     case SDPA_BF16:
         return sdpa_bf16_to_f32(((const uint16_t *)row)[i]);
-    case SDPA_F32:
+    default: /* SDPA_F32 */
         break;
     }
     return ((const float *)row)[i];

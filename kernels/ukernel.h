@@ -108,6 +108,14 @@ typedef struct sdpa_kernels {
      * [-104, 89]. */
     void (*vexp)(int n, const float *x, float *y);
 
+    /* out[0 .. dim) = fl(value(code) * scale) for one row of a quantized K or V cache
+     * (dt: SDPA_I8, SDPA_FP8_E4M3, SDPA_FP8_E5M2 or SDPA_I4; include/sdpa.h), sc[g] the
+     * fp32 scale of elements [g group, (g + 1) group), group dividing dim (even for
+     * SDPA_I4). Bit-exact in every table: kernels/kvq.h, compiled per ISA. The row is
+     * caller memory (byte-aligned, read only up to its last element); out is scratch. */
+    void (*dequant)(int dim, const void *row, sdpa_dtype dt, const float *sc, int group,
+                    float *out);
+
     /* ---- bf16 compute (SDPA_COMPUTE_BF16, include/sdpa.h) ----------------------------
      * Set by the tables whose registry row computes the mode (src/dispatch.c), NULL in
      * the others. Operands enter the products as bf16 (fp32 and f16 rounded to nearest
@@ -142,7 +150,7 @@ typedef struct sdpa_kernels {
 
 /* Number of function pointers in a table; the registry (src/dispatch.c) checks that each
  * composed table sets every one its modes need. */
-#define SDPA_KERNELS_NFUNCS 10
+#define SDPA_KERNELS_NFUNCS 11
 _Static_assert(sizeof(sdpa_kernels) ==
                    offsetof(sdpa_kernels, pack_k) + SDPA_KERNELS_NFUNCS * sizeof(void (*)(void)),
                "SDPA_KERNELS_NFUNCS must count the function pointers of sdpa_kernels");

@@ -325,6 +325,7 @@ static void overlay(sdpa_kernels *dst, const sdpa_kernels *src) {
     TAKE(softmax)
     TAKE(pv)
     TAKE(vexp)
+    TAKE(dequant)
     TAKE(pack_k_bf16)
     TAKE(qk_bf16)
     TAKE(pack_v_bf16)
@@ -339,12 +340,12 @@ static void overlay(sdpa_kernels *dst, const sdpa_kernels *src) {
  * reads what it packed come from the same row (the layout is private to the table that
  * packs). */
 static int complete(const sdpa_kernels *k, const sdpa_kernels *own) {
-    _Static_assert(SDPA_KERNELS_NFUNCS == 10, "complete() must check every entry");
+    _Static_assert(SDPA_KERNELS_NFUNCS == 11, "complete() must check every entry");
     const int pairs = own == NULL || ((own->pack_k == NULL) == (own->qk == NULL) &&
                                       (own->pack_k_bf16 == NULL) == (own->qk_bf16 == NULL) &&
                                       (own->pack_v_bf16 == NULL) == (own->pv_bf16 == NULL));
     const int f32 = k->br > 0 && k->bc > 0 && k->kp_align > 0 && k->pack_k && k->qk &&
-                    k->qk_rows && k->softmax && k->pv && k->vexp;
+                    k->qk_rows && k->softmax && k->pv && k->vexp && k->dequant;
     const int nb = !!k->pack_k_bf16 + !!k->qk_bf16 + !!k->pack_v_bf16 + !!k->pv_bf16;
     const int bf16 = nb == 0 || (nb == 4 && k->kpb_align > 0 && k->vpb_align > 0);
     return f32 && bf16 && pairs;
@@ -354,7 +355,7 @@ static int complete(const sdpa_kernels *k, const sdpa_kernels *own) {
  * the tests run a mode's suites on the rows that own its tiles. */
 static unsigned own_modes(const sdpa_kernels *t) {
     unsigned m = 0;
-    if (t->pack_k || t->qk || t->qk_rows || t->softmax || t->pv || t->vexp)
+    if (t->pack_k || t->qk || t->qk_rows || t->softmax || t->pv || t->vexp || t->dequant)
         m |= F32;
     if (t->pack_k_bf16 || t->qk_bf16 || t->pack_v_bf16 || t->pv_bf16)
         m |= BF16;

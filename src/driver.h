@@ -81,6 +81,9 @@ typedef struct scratch {
     uint16_t *qb, *kpb, *vpb; /* bf16 tiles: Q rows, the packed K and V blocks */
     uint16_t *kb, *vb;        /* bf16 through the fp32 tiles: a block of K or V rows
                                  rounded to bf16, row-major */
+    float *kg, *vg;           /* paged or quantized K / V: a block of rows gathered as
+                                 stored, or dequantized to fp32 (kvcache.c) */
+    float *qsc;               /* one quantized row's scales, fp32 */
     float *m, *l, *alpha, *tmp;
     float *wts;            /* nchunks floats: the merge's coefficients */
     float *lses;           /* nchunks floats: one row's partial lse values */
@@ -154,6 +157,14 @@ void dropout_block(const plan *pl, const rows *it, const scratch *w, int ra, int
  * prepare_block reported (masked): a hidden key's V never enters a result. */
 void pv_block(const plan *pl, const rows *it, const scratch *w, int ra, int rb, int64_t j0,
               int n, const vrows *v, int masked);
+
+/* ---- kvcache.c ---- */
+
+/* 1 if K (which 0) or V (1) is read in place, block by block (not paged, not quantized). */
+int kv_in_place(const plan *pl, int which);
+/* Keys [j0, j0 + n) of K or V of item it (n >= 1, within the sequence) as the tiles read
+ * them: in place, or gathered or dequantized into w->kg / w->vg (see kvcache.c). */
+vrows kv_block(const plan *pl, const rows *it, const scratch *w, int which, int64_t j0, int n);
 
 /* ---- finalize.c ---- */
 

@@ -45,7 +45,7 @@ static void store(void *row, int64_t d, sdpa_dtype t, float x) {
     case SDPA_BF16:
         ((uint16_t *)row)[d] = sdpa_f32_to_bf16(x);
         break;
-    case SDPA_F32:
+    default: /* SDPA_F32 */
         ((float *)row)[d] = x;
         break;
     }

@@ -45,9 +45,18 @@ typedef struct sdpa_problem {
     uint32_t dropout_threshold;  /* drop when the word is below: round(p 2^32) */
     float dropout_scale;         /* 1 / (1 - p) */
     uint64_t dropout_seed;
+
+    /* KV cache storage (sdpa_desc.k_scales, v_scales, pages): kt / vt may then be a
+     * quantized dtype, whose scales these are (data NULL: not quantized; group resolved,
+     * never 0); under paging, ks[0] / vs[0] and the scales' stride_b step between pages
+     * and stride_t between the slots of a page */
+    sdpa_scales ksc, vsc;
+    sdpa_pages pages;  /* block_table NULL: not paged */
 } sdpa_problem;
 
-/* Bytes of one element of a dtype; 0 for a value that is not an sdpa_dtype. */
+/* Bytes of one element of a dtype any operand may have (fp32, f16, bf16); 0 for a
+ * quantized dtype (K and V only: sdpa_kv_bits) and for a value that is not an
+ * sdpa_dtype. */
 static inline size_t sdpa_dtype_size(sdpa_dtype t) {
     switch (t) {
     case SDPA_F32:
@@ -55,8 +64,17 @@ static inline size_t sdpa_dtype_size(sdpa_dtype t) {
     case SDPA_F16:
     case SDPA_BF16:
         return 2;
+    default:
+        return 0;
     }
-    return 0;
+}
+
+/* 1 for the quantized K/V storage types (SDPA_I8, SDPA_FP8_*, SDPA_I4). */
+static inline int sdpa_dtype_quantized(sdpa_dtype t) { return t >= SDPA_I8 && t <= SDPA_I4; }
+
+/* Bits of one element of a K/V storage type; 0 for a value that is none. */
+static inline int sdpa_kv_bits(sdpa_dtype t) {
+    return sdpa_dtype_quantized(t) ? (t == SDPA_I4 ? 4 : 8) : 8 * (int)sdpa_dtype_size(t);
 }
 
 /* ---- memory (alloc.c) ---- */
@@ -109,6 +127,10 @@ sdpa_status sdpa_validate_merge(const sdpa_merge_desc *d, const sdpa_tensor *par
                                 const float *const *lses, const sdpa_tensor *o,
                                 const float *lse);
 
+/* sdpa_kv_write's descriptor and views (the source, the cache and its scales). */
+sdpa_status sdpa_validate_kv_write(const sdpa_kv_write_desc *d, const sdpa_tensor *src,
+                                   const sdpa_tensor *cache);
+
 /* One batch entry's geometry: its own row and key counts, where its rows start in the
  * views (non-zero only under packed varlen), and the offset of its diagonal,
  * d(i) = i + off (sdpa.h, sdpa_causal). */
@@ -155,6 +177,32 @@ static inline void sdpa_row_range(const sdpa_problem *p, const sdpa_seq *s, int6
     *lo = a < 0 ? 0 : a;
     *hi = e < 0 ? 0 : e;
 }
+
+/* ---- KV cache rows (paged, quantized; sdpa.h "KV caches") ---- */
+
+/* Key or value row j (j < the sequence's tkv) of batch entry b, KV head hk, as bytes:
+ * `which` 0 reads K, 1 V; kv0 is the sequence's first view row (packed varlen). Under
+ * paging, slot j % P of page block_table[b][j / P] (validated: every page index a
+ * sequence uses is in the pool). Element offsets are within the validated extent, below
+ * 2^56 bytes, so offset * bits cannot overflow. */
+static inline const char *sdpa_kv_row(const sdpa_problem *p, int which, int64_t b, int64_t hk,
+                                      int64_t kv0, int64_t j) {
+    const int64_t *s = which ? p->vs : p->ks;
+    const int bits = sdpa_kv_bits(which ? p->vt : p->kt);
+    int64_t e;
+    if (p->pages.block_table) {
+        const int64_t P = p->pages.page_size;
+        e = (int64_t)p->pages.block_table[b * p->pages.stride + j / P] * s[0] + hk * s[1] +
+            (j % P) * s[2];
+    } else {
+        e = b * s[0] + hk * s[1] + (kv0 + j) * s[2];
+    }
+    return (const char *)(which ? p->v : p->k) + e * bits / 8;
+}
+
+/* The fp32 scales of that row, one per group: out[0 .. dim / group). */
+void sdpa_kv_row_scales(const sdpa_problem *p, int which, int64_t b, int64_t hk, int64_t kv0,
+                        int64_t j, float *out);
 
 /* The table for a call computing in mode `compute` (sdpa_compute): the forced ISA if
  * isa != 0, else the process-wide one (or, when that lacks the mode and nobody forced

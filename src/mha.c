@@ -69,6 +69,9 @@ static sdpa_status mha_shape_of(const sdpa_mha_desc *d, int cross, mha_shape *s)
     if (a->batch || a->heads_q || a->heads_kv || a->len_q || a->len_kv || a->dim_qk ||
         a->dim_v || a->cu_seqlens_q || a->cu_seqlens_kv)
         return SDPA_ERR_BAD_ARGUMENT;
+    /* the layer's K and V are its own fp32 projections: no cache storage */
+    if (a->k_scales.data || a->v_scales.data || a->pages.block_table)
+        return SDPA_ERR_BAD_ARGUMENT;
     return SDPA_OK;
 }
 

@@ -69,6 +69,10 @@ static size_t scratch_layout(const plan *pl, char *base, scratch *w) {
      * dtype into scratch first (P V's exact masked paths do so with the bf16 tiles too) */
     const size_t kb = pl->bf16 && !tiles && p->kt != SDPA_BF16 ? bc * (size_t)p->Dk : 0;
     const size_t vb = pl->bf16 && forward && p->vt != SDPA_BF16 ? bc * (size_t)p->Dv : 0;
+    /* paged or quantized K/V: a block gathered or dequantized (fp32 is the widest) */
+    const size_t kg = kv_in_place(pl, 0) ? 0 : bc * (size_t)p->Dk;
+    const size_t vg = !forward || kv_in_place(pl, 1) ? 0 : bc * (size_t)p->Dv;
+    const int quant = sdpa_dtype_quantized(p->kt) || (forward && sdpa_dtype_quantized(p->vt));
     size_t off = 0;
 #define CARVE(field, type, count)                                                        \
     do {                                                                                 \
@@ -83,6 +87,9 @@ static size_t scratch_layout(const plan *pl, char *base, scratch *w) {
     CARVE(vpb, uint16_t, tiles && forward ? round_up(bc, (size_t)kt->vpb_align) * dv32 : 0);
     CARVE(kb, uint16_t, kb);
     CARVE(vb, uint16_t, vb);
+    CARVE(kg, float, kg);
+    CARVE(vg, float, vg);
+    CARVE(qsc, float, quant ? (size_t)max64(p->Dk, p->Dv) : 0);
     CARVE(s, float, br * (size_t)pl->lds);
     CARVE(o, float, br * (size_t)pl->ldo);
     CARVE(m, float, br);

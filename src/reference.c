@@ -22,6 +22,48 @@
 
 static size_t esize(sdpa_dtype t) { return t == SDPA_F32 ? 4 : 2; }
 
+/* The value of a quantized code, from the formats' definitions (sdpa.h, sdpa_dtype) by
+ * arithmetic, not by the kernels' bit manipulation (kernels/kvq.h), so the two check
+ * each other: code c of element d of a row stored as t. */
+static double code_value(const char *row, int64_t d, sdpa_dtype t) {
+    if (t == SDPA_I8)
+        return (double)((const int8_t *)row)[d];
+    if (t == SDPA_I4) {
+        const int nib = (((const uint8_t *)row)[d / 2] >> (4 * (d % 2))) & 15;
+        return (double)(nib >= 8 ? nib - 16 : nib);
+    }
+    const uint8_t c = ((const uint8_t *)row)[d];
+    const int e4m3 = t == SDPA_FP8_E4M3;
+    const int mbits = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15;
+    const int e = (c & 0x7f) >> mbits, m = c & ((1 << mbits) - 1);
+    const double sign = (c & 0x80) ? -1.0 : 1.0;
+    if (e4m3 && e == 15 && m == 7)
+        return NAN;
+    if (!e4m3 && e == 31)
+        return m ? NAN : sign * INFINITY;
+    if (e == 0)
+        return sign * ldexp((double)m, 1 - bias - mbits);
+    return sign * ldexp((double)(m + (1 << mbits)), e - bias - mbits);
+}
+
+/* Row j of K (which 0) or V (1) of sequence s of entry b, head hk, as fp32 values:
+ * widened, or dequantized as fl(value * scale) (sdpa.h), into out[0 .. D). */
+static void kv_row(const sdpa_problem *p, int which, int64_t b, int64_t hk, const sdpa_seq *s,
+                   int64_t j, float *sc, float *out) {
+    const sdpa_dtype t = which ? p->vt : p->kt;
+    const int64_t D = which ? p->Dv : p->Dk;
+    const char *row = sdpa_kv_row(p, which, b, hk, s->kv0, j);
+    if (!sdpa_dtype_quantized(t)) {
+        for (int64_t d = 0; d < D; d++)
+            out[d] = sdpa_load_as_f32(row, d, t);
+        return;
+    }
+    const int64_t group = (which ? &p->vsc : &p->ksc)->group;
+    sdpa_kv_row_scales(p, which, b, hk, s->kv0, j, sc);
+    for (int64_t d = 0; d < D; d++)
+        out[d] = (float)code_value(row, d, t) * sc[d / group];
+}
+
 /* Row `row` of head h of batch entry b of a view, as bytes. */
 static const char *row_ptr(const void *base, sdpa_dtype t, const int64_t st[3], int64_t b,
                            int64_t h, int64_t row) {
@@ -37,7 +79,7 @@ static void store(void *row, int64_t d, sdpa_dtype t, double x) {
     case SDPA_BF16:
         ((uint16_t *)row)[d] = sdpa_f32_to_bf16(f);
         break;
-    case SDPA_F32:
+    default: /* SDPA_F32 */
         ((float *)row)[d] = f;
         break;
     }
@@ -75,16 +117,21 @@ sdpa_status sdpa_reference(const sdpa_desc *desc, const sdpa_tensor *q, const sd
     double *score = sdpa_alloc((size_t)p.Tkv * sizeof(double));
     char *keep = sdpa_alloc((size_t)p.Tkv);
     double *acc = sdpa_alloc((size_t)p.Dv * sizeof(double));
-    if (!score || !keep || !acc) {
+    /* one K or V row as fp32 values, and its scales */
+    const size_t dmax = (size_t)(p.Dk > p.Dv ? p.Dk : p.Dv);
+    float *kvr = sdpa_alloc(2 * dmax * sizeof(float));
+    if (!score || !keep || !acc || !kvr) {
         sdpa_free(score);
         sdpa_free(keep);
         sdpa_free(acc);
+        sdpa_free(kvr);
         return SDPA_ERR_OUT_OF_MEMORY;
     }
+    float *const row = kvr, *const rsc = kvr + dmax;
 
     /* loop invariants the compiler cannot prove (p's fields could alias acc's stores) */
     const int bf16 = p.compute == SDPA_COMPUTE_BF16;
-    const sdpa_dtype qt = p.qt, kt = p.kt, vt = p.vt;
+    const sdpa_dtype qt = p.qt;
 
     /* Under packed varlen the views hold one "batch entry" of all rows; rows no sequence
      * owns (beyond cu_seqlens_q[B]) are written like padding rows. */
@@ -125,14 +172,15 @@ sdpa_status sdpa_reference(const sdpa_desc *desc, const sdpa_tensor *q, const sd
                     keep[j] = (char)mask_keeps(&p, b, h, i, j, &add);
                     if (!keep[j])
                         continue;
-                    const char *kj = row_ptr(p.k, p.kt, p.ks, b, hk, s.kv0 + j);
+                    kv_row(&p, 0, b, hk, &s, j, rsc, row);
+                    const char *kj = (const char *)row;
                     double dot = 0.0;
                     if (bf16) /* two loops: the fp32 one stays as fast as it was */
                         for (int64_t d = 0; d < p.Dk; d++)
-                            dot += operand(qi, d, qt, 1) * operand(kj, d, kt, 1);
+                            dot += operand(qi, d, qt, 1) * operand(kj, d, SDPA_F32, 1);
                     else
                         for (int64_t d = 0; d < p.Dk; d++)
-                            dot += operand(qi, d, qt, 0) * operand(kj, d, kt, 0);
+                            dot += operand(qi, d, qt, 0) * operand(kj, d, SDPA_F32, 0);
                     double x = (double)p.scale * dot;
                     if (p.softcap > 0.0f)
                         x = (double)p.softcap * tanh(x / (double)p.softcap);
@@ -181,13 +229,14 @@ sdpa_status sdpa_reference(const sdpa_desc *desc, const sdpa_tensor *q, const sd
                      * kernels round P at their running max, this at the final one) */
                     if (p.compute == SDPA_COMPUTE_BF16)
                         wj = (double)sdpa_bf16_to_f32(sdpa_f32_to_bf16((float)wj));
-                    const char *vj = row_ptr(p.v, p.vt, p.vs, b, hk, s.kv0 + j);
+                    kv_row(&p, 1, b, hk, &s, j, rsc, row);
+                    const char *vj = (const char *)row;
                     if (bf16)
                         for (int64_t d = 0; d < p.Dv; d++)
-                            acc[d] += wj * operand(vj, d, vt, 1);
+                            acc[d] += wj * operand(vj, d, SDPA_F32, 1);
                     else
                         for (int64_t d = 0; d < p.Dv; d++)
-                            acc[d] += wj * operand(vj, d, vt, 0);
+                            acc[d] += wj * operand(vj, d, SDPA_F32, 0);
                 }
                 for (int64_t d = 0; d < p.Dv; d++)
                     store(orow, d, p.ot, acc[d] / sum);
@@ -198,10 +247,12 @@ sdpa_status sdpa_reference(const sdpa_desc *desc, const sdpa_tensor *q, const sd
     sdpa_free(score);
     sdpa_free(keep);
     sdpa_free(acc);
+    sdpa_free(kvr);
     if (desc->stats) {
         const sdpa_stats none = {.isa = SDPA_ISA_AUTO, .threads = 1,
                                  .scratch_bytes = (int64_t)((size_t)p.Tkv * (sizeof(double) + 1) +
-                                                            (size_t)p.Dv * sizeof(double))};
+                                                            (size_t)p.Dv * sizeof(double) +
+                                                            2 * dmax * sizeof(float))};
         *desc->stats = none;
     }
     return SDPA_OK;

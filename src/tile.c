@@ -126,28 +126,29 @@ static void prefetch_head(const char *base, int64_t ld, int n, size_t bytes) {
         }
 }
 
-/* S rows [ra, rb) = scale Q K^T for the n keys of K from kblock (caller memory): K
- * rows read in place by qk_rows for plans of few rows, else packed by pack_k for qk.
+/* S rows [ra, rb) = scale Q K^T for the n keys of the block kv (caller memory, or the
+ * block gathered by kv_block): K rows read in place by qk_rows for plans of few rows,
+ * else packed by pack_k for qk.
  * The choice is the plan's, never the block's, so the forward pass and the attention
  * weights compute every score the same way (both kernels give a row the same bits
  * whichever rows share the call). */
-static void block_scores(const plan *pl, const scratch *w, const char *kblock, int n, int ra,
+static void block_scores(const plan *pl, const scratch *w, const vrows *kv, int n, int ra,
                          int rb) {
     const sdpa_problem *p = &pl->p;
     const sdpa_kernels *kt = pl->kt;
     float *s = w->s + (size_t)ra * (size_t)pl->lds;
     if (pl->bf16_tiles) {
-        kt->pack_k_bf16(n, (int)p->Dk, kblock, p->ks[2], p->kt, w->kpb);
+        kt->pack_k_bf16(n, (int)p->Dk, kv->v, kv->ld, kv->dt, w->kpb);
         kt->qk_bf16(rb - ra, n, (int)p->Dk, p->scale, w->qb + (size_t)ra * (size_t)pl->ldqb,
                     pl->ldqb, w->kpb, s, pl->lds);
         return;
     }
     const float *q = w->q + (size_t)ra * (size_t)pl->ldq;
-    const char *k = kblock;
-    int64_t ldk = p->ks[2];
-    sdpa_dtype dt = p->kt;
+    const char *k = kv->v;
+    int64_t ldk = kv->ld;
+    sdpa_dtype dt = kv->dt;
     if (pl->bf16 && dt != SDPA_BF16) { /* Q is rounded already (gather_q) */
-        round_rows_bf16(n, p->Dk, kblock, ldk, dt, w->kb);
+        round_rows_bf16(n, p->Dk, k, ldk, dt, w->kb);
         k = (const char *)w->kb;
         ldk = p->Dk;
         dt = SDPA_BF16;
@@ -167,22 +168,22 @@ static void block_scores(const plan *pl, const scratch *w, const char *kblock, i
  * rounded into scratch unless stored as bf16, and pv_block's exact paths on the fp32
  * tiles, which then multiply exactly the mode's operands. */
 static void block_pv(const plan *pl, const rows *it, const scratch *w, int ra, int rb,
-                     int64_t j0, int n, const char *v, int masked) {
+                     int64_t j0, int n, const vrows *v, int masked) {
     const sdpa_problem *p = &pl->p;
     const int Dv = (int)p->Dv;
     float *s = w->s + (size_t)ra * (size_t)pl->lds;
-    if (pl->bf16_tiles && (!masked || v_block_finite(v, p->vs[2], p->vt, n, Dv))) {
-        pl->kt->pack_v_bf16(n, Dv, v, p->vs[2], p->vt, w->vpb);
+    if (pl->bf16_tiles && (!masked || v_block_finite(v->v, v->ld, v->dt, n, Dv))) {
+        pl->kt->pack_v_bf16(n, Dv, v->v, v->ld, v->dt, w->vpb);
         pl->kt->pv_bf16(rb - ra, n, Dv, s, pl->lds, w->vpb, w->alpha + ra,
                         w->o + (size_t)ra * (size_t)pl->ldo, pl->ldo);
         return;
     }
-    vrows vr = {v, p->vs[2], p->vt};
+    vrows vr = *v;
     if (pl->bf16) {
         for (int r = 0; r < rb - ra; r++)
             round_f32_to_bf16_values(s + (size_t)r * (size_t)pl->lds, n);
-        if (p->vt != SDPA_BF16) {
-            round_rows_bf16(n, p->Dv, v, p->vs[2], p->vt, w->vb);
+        if (vr.dt != SDPA_BF16) {
+            round_rows_bf16(n, p->Dv, vr.v, vr.ld, vr.dt, w->vb);
             vr = (vrows){(const char *)w->vb, p->Dv, SDPA_BF16};
         }
     }
@@ -234,12 +235,12 @@ void run_keys(const plan *pl, const rows *it, const scratch *w, int64_t ja, int6
     }
     if (m == 0 || ja >= jb)
         return;
-    const size_t kes = sdpa_dtype_size(p->kt), ves = forward ? sdpa_dtype_size(p->vt) : 0;
-    const char *kbase = (const char *)p->k +
-                        (size_t)(it->b * p->ks[0] + it->hk * p->ks[1] + it->seq.kv0 * p->ks[2]) * kes;
-    const char *vbase = forward ? (const char *)p->v + (size_t)(it->b * p->vs[0] + it->hk * p->vs[1] +
-                                                                it->seq.kv0 * p->vs[2]) * ves
-                                : NULL;
+    /* K and V in place (plain views): row addresses from the bases; else kv_block
+     * gathers or dequantizes each block (kvcache.c) */
+    const int kin = kv_in_place(pl, 0), vin = forward && kv_in_place(pl, 1);
+    const size_t kes = sdpa_dtype_size(p->kt), ves = vin ? sdpa_dtype_size(p->vt) : 0;
+    const char *kbase = kin ? sdpa_kv_row(p, 0, it->b, it->hk, it->seq.kv0, 0) : NULL;
+    const char *vbase = vin ? sdpa_kv_row(p, 1, it->b, it->hk, it->seq.kv0, 0) : NULL;
     for (int64_t j0 = ja; j0 < jb;) {
         /* blocks end on multiples of Bc (so split chunks, multiples of Bc, cut none) */
         const int64_t j1 = min64((j0 / pl->bc + 1) * pl->bc, jb);
@@ -267,13 +268,17 @@ void run_keys(const plan *pl, const rows *it, const scratch *w, int64_t ja, int6
             }
         }
         c->computed++;
-        const char *v = forward ? vbase + (size_t)(j0 * p->vs[2]) * ves : NULL;
-        /* n > 1 only when the view has two rows or more, which bounds the row stride's
-         * bytes (validate.c); a single row's stride is unbounded (INT64_MAX passes,
-         * multiplied by 0) and would overflow here, so it is not used */
-        if (forward)
-            prefetch_head(v, n > 1 ? p->vs[2] * (int64_t)ves : 0, n, (size_t)Dv * ves);
-        block_scores(pl, w, kbase + (size_t)(j0 * p->ks[2]) * kes, n, ra, rb);
+        vrows v = {NULL, 0, SDPA_F32};
+        if (vin) {
+            v = (vrows){vbase + (size_t)(j0 * p->vs[2]) * ves, p->vs[2], p->vt};
+            /* n > 1 only when the view has two rows or more, which bounds the row
+             * stride's bytes (validate.c); a single row's stride is unbounded (INT64_MAX
+             * passes, multiplied by 0) and would overflow here, so it is not used */
+            prefetch_head(v.v, n > 1 ? p->vs[2] * (int64_t)ves : 0, n, (size_t)Dv * ves);
+        }
+        const vrows k = kin ? (vrows){kbase + (size_t)(j0 * p->ks[2]) * kes, p->ks[2], p->kt}
+                            : kv_block(pl, it, w, 0, j0, n);
+        block_scores(pl, w, &k, n, ra, rb);
         const int masked = plain ? 0 : prepare_block(pl, it, w, ra, rb, j0, n);
         c->masked += masked != 0;
         if (!forward) {
@@ -283,12 +288,14 @@ void run_keys(const plan *pl, const rows *it, const scratch *w, int64_t ja, int6
         }
         kt->softmax(rb - ra, n, w->s + (size_t)ra * (size_t)pl->lds, pl->lds, w->m + ra,
                     w->l + ra, w->alpha + ra);
-        if (j1 < jb)
+        if (j1 < jb && kin)
             prefetch_head(kbase + (size_t)(j1 * p->ks[2]) * kes, p->ks[2] * (int64_t)kes,
                           (int)min64(jb - j1, pl->bc), (size_t)Dk * kes);
         if (p->dropout_p != 0.0f)
             dropout_block(pl, it, w, ra, rb, j0, n);
-        block_pv(pl, it, w, ra, rb, j0, n, v, masked);
+        if (!vin)
+            v = kv_block(pl, it, w, 1, j0, n);
+        block_pv(pl, it, w, ra, rb, j0, n, &v, masked);
         j0 = j1;
     }
 }

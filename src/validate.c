@@ -57,6 +57,13 @@ sdpa_status sdpa_extent(const void *data, size_t esize, int ndims, const int64_t
     return SDPA_OK;
 }
 
+#define TRY(call)                        \
+    do {                                 \
+        sdpa_status st_ = (call);        \
+        if (st_ != SDPA_OK)              \
+            return st_;                  \
+    } while (0)
+
 int sdpa_spans_overlap(sdpa_span a, sdpa_span b) { return a.lo < b.hi && b.lo < a.hi; }
 
 /* An output view must map distinct elements to distinct addresses. Sufficient test:
@@ -99,6 +106,73 @@ static sdpa_status check_tensor(const sdpa_tensor *t, const int64_t n[3], int64_
         return st;
     if (is_output)
         CHECK(!output_self_overlaps(n, s, d), SDPA_ERR_BAD_STRIDE);
+    return SDPA_OK;
+}
+
+/* A K or V view [n0, n1, n2, d] (n0 the pages of the pool when paged, n2 the slots of a
+ * page): any storage type, quantized ones only with scales. Byte-wide types are aligned
+ * to a byte; SDPA_I4 counts half bytes, so its strides and rows must be even (rows start
+ * on bytes) and its extent is that of the byte view. */
+static sdpa_status check_kv(const sdpa_tensor *t, const sdpa_scales *sc, const int64_t n[3],
+                            int64_t d, sdpa_span *sp) {
+    CHECK(t != NULL && t->data != NULL, SDPA_ERR_NULL_POINTER);
+    const int bits = sdpa_kv_bits(t->dtype);
+    CHECK(bits != 0, SDPA_ERR_BAD_DTYPE);
+    CHECK(sdpa_dtype_quantized(t->dtype) == (sc->data != NULL), SDPA_ERR_BAD_ARGUMENT);
+    int64_t s[3] = {t->stride_b, t->stride_h, t->stride_t};
+    if (bits >= 8)
+        return sdpa_extent(t->data, (size_t)bits / 8, 3, n, s, d, sp);
+    for (int i = 0; i < 3; i++) {
+        CHECK(s[i] >= 0, SDPA_ERR_BAD_STRIDE);
+        CHECK(s[i] % 2 == 0, SDPA_ERR_BAD_STRIDE);
+        s[i] /= 2;
+    }
+    CHECK(d % 2 == 0, SDPA_ERR_BAD_DIMENSION);
+    return sdpa_extent(t->data, 1, 3, n, s, d / 2, sp);
+}
+
+/* The scales of a quantized K or V with rows of d elements over [n0, n1, n2] (as the
+ * operand's view): dtype, a group dividing d (even for SDPA_I4), then the extent rule on
+ * [n0, n1, n2, d / group]. Nothing to check when the operand is not quantized. */
+static sdpa_status check_scales(const sdpa_scales *sc, sdpa_dtype operand, const int64_t n[3],
+                                int64_t d, int is_output, sdpa_span *sp) {
+    sp->lo = sp->hi = 0;
+    if (!sdpa_dtype_quantized(operand))
+        return SDPA_OK;
+    CHECK(sc->dtype == SDPA_F32 || sc->dtype == SDPA_F16, SDPA_ERR_BAD_DTYPE);
+    const int64_t g = sc->group == 0 ? d : sc->group;
+    CHECK(g >= 1 && g <= d && d % g == 0, SDPA_ERR_BAD_ARGUMENT);
+    CHECK(operand != SDPA_I4 || g % 2 == 0, SDPA_ERR_BAD_ARGUMENT);
+    const int64_t s[3] = {sc->stride_b, sc->stride_h, sc->stride_t};
+    TRY(sdpa_extent(sc->data, sdpa_dtype_size(sc->dtype), 3, n, s, d / g, sp));
+    if (is_output)
+        CHECK(!output_self_overlaps(n, s, d / g), SDPA_ERR_BAD_STRIDE);
+    return SDPA_OK;
+}
+
+/* A block table [B, ceil(len_kv / page_size)] of int32 page indices: its fields, its
+ * extent, then every index a sequence uses inside the pool of num_pages pages: the
+ * pages of keys [0, lens[b]) (or [0, len_kv)) that attention reads, or, for a writer
+ * (add > 0), of the rows [pos[b], pos[b] + add) it writes (pos NULL: from 0). */
+static sdpa_status check_pages(const sdpa_pages *pg, int64_t B, int64_t len_kv,
+                               const int64_t *lens, const int64_t *pos, int64_t add,
+                               sdpa_span *sp) {
+    CHECK(pg->page_size >= 1 && pg->page_size <= SDPA_MAX_DIM, SDPA_ERR_BAD_ARGUMENT);
+    CHECK(pg->num_pages >= 1 && pg->num_pages <= SDPA_MAX_DIM, SDPA_ERR_BAD_ARGUMENT);
+    const int64_t per = (len_kv + pg->page_size - 1) / pg->page_size; /* len_kv <= 2^40 */
+    const int64_t n[1] = {B}, s[1] = {pg->stride};
+    TRY(sdpa_extent(pg->block_table, sizeof(int32_t), 1, n, s, per, sp));
+    for (int64_t b = 0; b < B; b++) {
+        /* the keys entry b reads (or writes: from pos[b], add of them) */
+        const int64_t lo = pos ? pos[b] : 0;
+        const int64_t hi = add ? lo + add : (lens ? lens[b] : len_kv);
+        if (hi <= lo)
+            continue;
+        for (int64_t i = lo / pg->page_size; i <= (hi - 1) / pg->page_size; i++) {
+            const int32_t page = pg->block_table[b * pg->stride + i];
+            CHECK(page >= 0 && page < pg->num_pages, SDPA_ERR_BAD_ARGUMENT);
+        }
+    }
     return SDPA_OK;
 }
 
@@ -195,13 +269,6 @@ static sdpa_status check_heads(const sdpa_desc *d, sdpa_span *spans, int *nsp) {
     return SDPA_OK;
 }
 
-#define TRY(call)                        \
-    do {                                 \
-        sdpa_status st_ = (call);        \
-        if (st_ != SDPA_OK)              \
-            return st_;                  \
-    } while (0)
-
 /* Both entry points: attention (v, o, optional output lse; weights NULL) or attention
  * weights (weights non-NULL: v and o unused, lse a required input). Order: pointers,
  * dimensions, scalar fields, then every view and caller array through its kind's check
@@ -253,7 +320,7 @@ static sdpa_status validate(const sdpa_desc *desc, const sdpa_tensor *q, const s
     CHECK((mk->kind == SDPA_MASK_NONE) == (mk->data == NULL), SDPA_ERR_BAD_ARGUMENT);
 
     /* every caller array the call reads, to check that no output overlaps it */
-    sdpa_span in[10];
+    sdpa_span in[16];
     int nin = 0;
     int64_t maxq, maxkv;
     TRY(check_lengths(desc, &maxq, &maxkv, in, &nin));
@@ -263,10 +330,19 @@ static sdpa_status validate(const sdpa_desc *desc, const sdpa_tensor *q, const s
     const int64_t Tq = desc->len_q, Tkv = desc->len_kv;
     /* under packed varlen the views are one batch entry of the total rows */
     const int64_t VB = varlen ? 1 : B;
-    const int64_t nq[3] = {VB, Hq, Tq}, nkv[3] = {VB, Hkv, Tkv};
+    const sdpa_pages *pg = &desc->pages;
+    const int paged = pg->block_table != NULL;
+    CHECK(!paged || !varlen, SDPA_ERR_BAD_ARGUMENT);
+    if (paged) {
+        TRY(check_pages(pg, B, Tkv, desc->kv_lens, NULL, 0, &in[nin++]));
+    }
+    const int64_t nq[3] = {VB, Hq, Tq};
+    const int64_t nkv[3] = {paged ? pg->num_pages : VB, Hkv, paged ? pg->page_size : Tkv};
     sdpa_span so, sl = {0, 0};
     TRY(check_tensor(q, nq, desc->dim_qk, 0, &in[nin++]));
-    TRY(check_tensor(k, nkv, desc->dim_qk, 0, &in[nin++]));
+    TRY(check_kv(k, &desc->k_scales, nkv, desc->dim_qk, &in[nin++]));
+    TRY(check_scales(&desc->k_scales, k->dtype, nkv, desc->dim_qk, 0, &in[nin]));
+    nin += in[nin].hi > in[nin].lo;
     if (wmode) {
         /* the weights: [VB, Hq, Tq, Tkv] contiguous floats */
         int64_t n = VB;
@@ -275,7 +351,9 @@ static sdpa_status validate(const sdpa_desc *desc, const sdpa_tensor *q, const s
               SDPA_ERR_OVERFLOW);
         TRY(sdpa_check_array(weights, n, sizeof(float), &so));
     } else {
-        TRY(check_tensor(v, nkv, desc->dim_v, 0, &in[nin++]));
+        TRY(check_kv(v, &desc->v_scales, nkv, desc->dim_v, &in[nin++]));
+        TRY(check_scales(&desc->v_scales, v->dtype, nkv, desc->dim_v, 0, &in[nin]));
+        nin += in[nin].hi > in[nin].lo;
         TRY(check_tensor(o, nq, desc->dim_v, 1, &so));
     }
     TRY(check_mask(mk, B, Hq, maxq, maxkv, &in[nin]));
@@ -341,6 +419,13 @@ static sdpa_status validate(const sdpa_desc *desc, const sdpa_tensor *q, const s
     p->dropout_threshold = 0;
     p->dropout_scale = 1.0f;
     p->dropout_seed = desc->dropout_seed;
+    p->ksc = desc->k_scales;
+    p->vsc = wmode ? (sdpa_scales){0} : desc->v_scales;
+    if (p->ksc.data && p->ksc.group == 0)
+        p->ksc.group = p->Dk;
+    if (p->vsc.data && p->vsc.group == 0)
+        p->vsc.group = p->Dv;
+    p->pages = *pg;
     if (desc->dropout_p != 0.0f) {
         /* p in (0, 1): p 2^32 rounds into [1, 2^32 - 1] except within 2^-33 of 1 */
         const double t = nearbyint((double)desc->dropout_p * 4294967296.0);
@@ -399,5 +484,52 @@ sdpa_status sdpa_validate_merge(const sdpa_merge_desc *d, const sdpa_tensor *par
         CHECK(!lse || !sdpa_spans_overlap(sl, sp), SDPA_ERR_OVERLAP);
         CHECK(!lse || same_lse || !sdpa_spans_overlap(sl, slp), SDPA_ERR_OVERLAP);
     }
+    return SDPA_OK;
+}
+
+/* sdpa_kv_write's arguments: dimensions, the positions, the source view, the cache (an
+ * output K/V view over the pool or [B, H, len_kv]), the block table, the scales (an
+ * output when computed), then overlaps between what is written and what is read. */
+sdpa_status sdpa_validate_kv_write(const sdpa_kv_write_desc *d, const sdpa_tensor *src,
+                                   const sdpa_tensor *cache) {
+    CHECK(d != NULL && src != NULL && cache != NULL, SDPA_ERR_NULL_POINTER);
+    const int64_t dims[4] = {d->batch, d->heads, d->len, d->len_kv};
+    for (int i = 0; i < 4; i++)
+        CHECK(dims[i] >= 1 && dims[i] <= SDPA_MAX_DIM, SDPA_ERR_BAD_DIMENSION);
+    CHECK(d->dim >= 1 && d->dim <= SDPA_MAX_HEAD_DIM, SDPA_ERR_BAD_DIMENSION);
+    CHECK(d->num_threads >= 0, SDPA_ERR_BAD_ARGUMENT);
+    CHECK(d->compute_scales == 0 || d->compute_scales == 1, SDPA_ERR_BAD_ARGUMENT);
+    CHECK(!d->compute_scales || sdpa_dtype_quantized(cache->dtype), SDPA_ERR_BAD_ARGUMENT);
+    sdpa_span rd[4], sc_sp, cs;
+    int nrd = 0;
+    if (d->pos) {
+        TRY(sdpa_check_array(d->pos, d->batch, sizeof(int64_t), &rd[nrd++]));
+        for (int64_t b = 0; b < d->batch; b++) /* len <= 2^40: no overflow */
+            CHECK(d->pos[b] >= 0 && d->pos[b] <= d->len_kv - d->len, SDPA_ERR_BAD_ARGUMENT);
+    } else {
+        CHECK(d->len <= d->len_kv, SDPA_ERR_BAD_ARGUMENT);
+    }
+    const int64_t ns[3] = {d->batch, d->heads, d->len};
+    TRY(check_tensor(src, ns, d->dim, 0, &rd[nrd++]));
+    const sdpa_pages *pg = &d->pages;
+    const int paged = pg->block_table != NULL;
+    if (paged)
+        TRY(check_pages(pg, d->batch, d->len_kv, NULL, d->pos, d->len,
+                        &rd[nrd++]));
+    const int64_t nc[3] = {paged ? pg->num_pages : d->batch, d->heads,
+                           paged ? pg->page_size : d->len_kv};
+    TRY(check_kv(cache, &d->scales, nc, d->dim, &cs));
+    {   /* distinct elements to distinct addresses (bytes, for SDPA_I4's pairs) */
+        const int half = cache->dtype == SDPA_I4;
+        const int64_t s[3] = {cache->stride_b >> half, cache->stride_h >> half,
+                              cache->stride_t >> half};
+        CHECK(!output_self_overlaps(nc, s, d->dim >> half), SDPA_ERR_BAD_STRIDE);
+    }
+    TRY(check_scales(&d->scales, cache->dtype, nc, d->dim, d->compute_scales, &sc_sp));
+    for (int i = 0; i < nrd; i++) {
+        CHECK(!sdpa_spans_overlap(cs, rd[i]), SDPA_ERR_OVERLAP);
+        CHECK(!sdpa_spans_overlap(sc_sp, rd[i]), SDPA_ERR_OVERLAP);
+    }
+    CHECK(!sdpa_spans_overlap(sc_sp, cs), SDPA_ERR_OVERLAP);
     return SDPA_OK;
 }

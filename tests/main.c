@@ -38,6 +38,7 @@ static const suite suites[] = {
     {"ukernel", suite_ukernel, PER_ISA},
     {"features", suite_features, PER_F32_ISA},
     {"bf16", suite_bf16, PER_ISA},
+    {"kvcache", suite_kvcache, PER_ISA},
     {"layer", suite_layer, PER_F32_ISA},
     {"extremes", suite_extremes, PER_F32_ISA},
     {"fuzzcases", suite_fuzzcases, PER_ISA},

@@ -24,6 +24,7 @@ void suite_alloc(void);     /* every allocation of every entry point failing in 
 void suite_plan(void);      /* plans on pthreads and shuffled, sdpa_merge */
 void suite_schedule(void);  /* the schedule model against real runs, many-core targets */
 void suite_bf16(void);      /* the bf16 compute mode under its error model */
+void suite_kvcache(void);   /* paged and quantized K/V, sdpa_kv_write */
 
 /* Set by main.c from --quick: smaller sweeps for slow builds (sanitizers). */
 extern int th_quick;

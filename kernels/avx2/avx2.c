@@ -27,6 +27,7 @@ enum { PV_CMAX = 2, PV_WIDE_CMAX = 2, PV_PF_WHOLE_ROWS = 1, QKR_MR = 4 };
 #define UNROLL_BC _Pragma("GCC unroll 8")
 
 #include "../x86/tiles.h"
+#include "../kvq.h"
 
 static void pv_chunk(int nv, const pv_chunk_args *a) {
     if (nv == 1) /* a lone 8-wide chunk: Dv <= 8 or the last of an odd count */
@@ -41,5 +42,5 @@ static void pv_chunk(int nv, const pv_chunk_args *a) {
 const sdpa_kernels sdpa_kernels_avx2 = {
     .isa = SDPA_ISA_AVX2, .name = "avx2", .br = 96, .bc = 64, .kp_align = VL,
     .pack_k = x86_pack_k, .qk = qk_6x2v, .qk_rows = x86_qk_rows,
-    .softmax = x86_softmax, .pv = x86_pv, .vexp = x86_vexp,
+    .softmax = x86_softmax, .pv = x86_pv, .vexp = x86_vexp, .dequant = kvq_dequant,
 };

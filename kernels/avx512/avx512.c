@@ -30,6 +30,7 @@ enum { PV_CMAX = 4, PV_WIDE_CMAX = 8, PV_PF_WHOLE_ROWS = 0, QKR_MR = 8 };
 #define UNROLL_BC _Pragma("GCC unroll 4")
 
 #include "../x86/tiles.h"
+#include "../kvq.h"
 
 /* 24 accumulators where the rows allow (tiles.h gives each tile's budget). */
 static void pv_chunk(int nv, const pv_chunk_args *a) {
@@ -53,5 +54,5 @@ static void pv_chunk(int nv, const pv_chunk_args *a) {
 const sdpa_kernels sdpa_kernels_avx512 = {
     .isa = SDPA_ISA_AVX512, .name = "avx512", .br = 96, .bc = 64, .kp_align = VL,
     .pack_k = x86_pack_k, .qk = qk_12x2v, .qk_rows = x86_qk_rows,
-    .softmax = x86_softmax, .pv = x86_pv, .vexp = x86_vexp,
+    .softmax = x86_softmax, .pv = x86_pv, .vexp = x86_vexp, .dequant = kvq_dequant,
 };

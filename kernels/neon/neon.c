@@ -55,6 +55,7 @@
 #include <stdint.h>
 
 #include "../exp.h"
+#include "../kvq.h"
 #include "../simd.h"
 #include "../ukernel.h"
 #include "neon_mem.h"
@@ -166,7 +167,7 @@ static void neon_pack_k(int n, int dk, const void *k, int64_t ldk, sdpa_dtype dt
     switch (dt) {
     case SDPA_F16: pack_k_dt(n, dk, k, ldk, SDPA_F16, kp); break;
     case SDPA_BF16: pack_k_dt(n, dk, k, ldk, SDPA_BF16, kp); break;
-    case SDPA_F32: pack_k_dt(n, dk, k, ldk, SDPA_F32, kp); break;
+    default: /* SDPA_F32 */ pack_k_dt(n, dk, k, ldk, SDPA_F32, kp); break;
     }
 }
 
@@ -351,7 +352,7 @@ static void neon_qk_rows(int m, int n, int dk, float scale, const float *q, int 
     switch (dt) {
     case SDPA_F16: qk_rows_dt(SDPA_F16, m, n, dk, scale, q, ldq, k, ldk, s, lds); break;
     case SDPA_BF16: qk_rows_dt(SDPA_BF16, m, n, dk, scale, q, ldq, k, ldk, s, lds); break;
-    case SDPA_F32: qk_rows_dt(SDPA_F32, m, n, dk, scale, q, ldq, k, ldk, s, lds); break;
+    default: /* SDPA_F32 */ qk_rows_dt(SDPA_F32, m, n, dk, scale, q, ldq, k, ldk, s, lds); break;
     }
 }
 
@@ -545,7 +546,7 @@ static void neon_pv(int m, int n, int dv, const float *p, int ldp, const void *v
     switch (dt) {
     case SDPA_F16: pv_dt(SDPA_F16, m, n, dv, p, ldp, v, ldv, alpha, o, ldo); break;
     case SDPA_BF16: pv_dt(SDPA_BF16, m, n, dv, p, ldp, v, ldv, alpha, o, ldo); break;
-    case SDPA_F32: pv_dt(SDPA_F32, m, n, dv, p, ldp, v, ldv, alpha, o, ldo); break;
+    default: /* SDPA_F32 */ pv_dt(SDPA_F32, m, n, dv, p, ldp, v, ldv, alpha, o, ldo); break;
     }
 }
 
@@ -554,4 +555,5 @@ const sdpa_kernels sdpa_kernels_neon = {
     .isa = SDPA_ISA_NEON, .name = "neon", .br = 32, .bc = 64, .kp_align = NR,
     .pack_k = neon_pack_k, .qk = neon_qk, .qk_rows = neon_qk_rows,
     .softmax = neon_softmax, .pv = neon_pv, .vexp = neon_vexp,
+    .dequant = kvq_dequant,
 };

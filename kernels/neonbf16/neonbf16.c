@@ -212,7 +212,7 @@ static void neonbf16_pack_k_bf16(int n, int dk, const void *k, int64_t ldk, sdpa
     switch (dt) {
     case SDPA_F16: pack_k_dt(SDPA_F16, n, dk, k, ldk, kp); break;
     case SDPA_BF16: pack_k_dt(SDPA_BF16, n, dk, k, ldk, kp); break;
-    case SDPA_F32: pack_k_dt(SDPA_F32, n, dk, k, ldk, kp); break;
+    default: /* SDPA_F32 */ pack_k_dt(SDPA_F32, n, dk, k, ldk, kp); break;
     }
 }
 
@@ -264,7 +264,7 @@ static void neonbf16_pack_v_bf16(int n, int dv, const void *v, int64_t ldv, sdpa
     switch (dt) {
     case SDPA_F16: pack_v_dt(SDPA_F16, n, dv, v, ldv, vp); break;
     case SDPA_BF16: pack_v_dt(SDPA_BF16, n, dv, v, ldv, vp); break;
-    case SDPA_F32: pack_v_dt(SDPA_F32, n, dv, v, ldv, vp); break;
+    default: /* SDPA_F32 */ pack_v_dt(SDPA_F32, n, dv, v, ldv, vp); break;
     }
 }
 

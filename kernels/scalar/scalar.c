@@ -18,6 +18,7 @@
 #include <stddef.h>
 
 #include "../convert.h"
+#include "../kvq.h"
 #include "../ukernel.h"
 
 /* Bytes of one element of a storage type (validate.c admits only these three). */
@@ -181,7 +182,7 @@ const sdpa_kernels sdpa_kernels_scalar = {
     .isa = SDPA_ISA_SCALAR, .name = "scalar", .br = 32, .bc = 64, .kp_align = 1,
     .kpb_align = 1, .vpb_align = 1,
     .pack_k = scalar_pack_k, .qk = scalar_qk, .qk_rows = scalar_qk_rows,
-    .softmax = scalar_softmax, .pv = scalar_pv, .vexp = scalar_vexp,
+    .softmax = scalar_softmax, .pv = scalar_pv, .vexp = scalar_vexp, .dequant = kvq_dequant,
     .pack_k_bf16 = scalar_pack_k_bf16, .qk_bf16 = scalar_qk_bf16,
     .pack_v_bf16 = scalar_pack_v_bf16, .pv_bf16 = scalar_pv_bf16,
 };

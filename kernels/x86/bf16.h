@@ -106,7 +106,7 @@ static void x86_pack_k_bf16(int n, int dk, const void *k, int64_t ldk, sdpa_dtyp
     switch (dt) {
     case SDPA_F16: pack_k_bf16_dt(n, dk, k, ldk, SDPA_F16, kp); return;
     case SDPA_BF16: pack_k_bf16_dt(n, dk, k, ldk, SDPA_BF16, kp); return;
-    case SDPA_F32: pack_k_bf16_dt(n, dk, k, ldk, SDPA_F32, kp); return;
+    default: /* SDPA_F32 */ pack_k_bf16_dt(n, dk, k, ldk, SDPA_F32, kp); return;
     }
 }
 
@@ -147,7 +147,7 @@ static void x86_pack_v_bf16(int n, int dv, const void *v, int64_t ldv, sdpa_dtyp
     switch (dt) {
     case SDPA_F16: pack_v_bf16_dt(n, dv, v, ldv, SDPA_F16, vp); return;
     case SDPA_BF16: pack_v_bf16_dt(n, dv, v, ldv, SDPA_BF16, vp); return;
-    case SDPA_F32: pack_v_bf16_dt(n, dv, v, ldv, SDPA_F32, vp); return;
+    default: /* SDPA_F32 */ pack_v_bf16_dt(n, dv, v, ldv, SDPA_F32, vp); return;
     }
 }
 

@@ -176,7 +176,7 @@ static void x86_pack_k(int n, int dk, const void *k, int64_t ldk, sdpa_dtype dt,
     switch (dt) {
     case SDPA_F16: pack_k_dt(n, dk, k, ldk, SDPA_F16, kp); return;
     case SDPA_BF16: pack_k_dt(n, dk, k, ldk, SDPA_BF16, kp); return;
-    case SDPA_F32: pack_k_dt(n, dk, k, ldk, SDPA_F32, kp); return;
+    default: /* SDPA_F32 */ pack_k_dt(n, dk, k, ldk, SDPA_F32, kp); return;
     }
 }
 
@@ -372,7 +372,7 @@ ALWAYS_INLINE void qkr_rows_dt(const int R, sdpa_dtype dt, int n, int dk, float 
     switch (dt) {
     case SDPA_F16: qkr_rows(R, SDPA_F16, n, dk, scale, q, ldq, k, ldk, s, lds); return;
     case SDPA_BF16: qkr_rows(R, SDPA_BF16, n, dk, scale, q, ldq, k, ldk, s, lds); return;
-    case SDPA_F32: qkr_rows(R, SDPA_F32, n, dk, scale, q, ldq, k, ldk, s, lds); return;
+    default: /* SDPA_F32 */ qkr_rows(R, SDPA_F32, n, dk, scale, q, ldq, k, ldk, s, lds); return;
     }
 }
 
@@ -567,13 +567,13 @@ ALWAYS_INLINE void pv_tile_dt(const int MRMAX, const int MR, const int NV, const
         switch (a->dt) {
         case SDPA_F16: pv_tile(MRMAX, MR, NV, 1, SDPA_F16, a, p, alpha, o, last, pf); return;
         case SDPA_BF16: pv_tile(MRMAX, MR, NV, 1, SDPA_BF16, a, p, alpha, o, last, pf); return;
-        case SDPA_F32: pv_tile(MRMAX, MR, NV, 1, SDPA_F32, a, p, alpha, o, last, pf); return;
+        default: /* SDPA_F32 */ pv_tile(MRMAX, MR, NV, 1, SDPA_F32, a, p, alpha, o, last, pf); return;
         }
     }
     switch (a->dt) {
     case SDPA_F16: pv_tile(MRMAX, MR, NV, 0, SDPA_F16, a, p, alpha, o, last, pf); return;
     case SDPA_BF16: pv_tile(MRMAX, MR, NV, 0, SDPA_BF16, a, p, alpha, o, last, pf); return;
-    case SDPA_F32: pv_tile(MRMAX, MR, NV, 0, SDPA_F32, a, p, alpha, o, last, pf); return;
+    default: /* SDPA_F32 */ pv_tile(MRMAX, MR, NV, 0, SDPA_F32, a, p, alpha, o, last, pf); return;
     }
 }
 

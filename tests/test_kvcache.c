@@ -1,0 +1,415 @@
+/*
+ * test_kvcache.c - K and V as engines keep them (include/sdpa.h, "KV caches"): paged
+ * pools read through a block table, and quantized storage (int8, fp8 e4m3/e5m2, int4)
+ * with strided scales, on every kernel table; and sdpa_kv_write, the quantizer.
+ *
+ * What it shows:
+ *   - paged calls give the same bits as contiguous calls on the same data, for page
+ *     sizes 1, 3, 16, 64, 256, shuffled pages (common/case.c draws the pool's order),
+ *     partly filled last pages, shared pages, decode and chunked prefill, every storage
+ *     type, the bf16 compute mode and split-KV;
+ *   - quantized caches agree with sdpa_reference, which dequantizes by the formats'
+ *     arithmetic definitions (src/reference.c code_value), not by kernels/kvq.h, at every
+ *     scale granularity (per tensor, head, token, group of 32 / 64), in fp32 and f16;
+ *   - every table's dequant is bit-exact on all 256 codes of each 8-bit format and all
+ *     16 int4 codes;
+ *   - sdpa_kv_write rounds to nearest even, saturates, keeps NaN in fp8, packs int4 low
+ *     nibble first, and writes exactly the rows it is asked to (paged or not);
+ *   - bad block tables, page sizes, scales, groups, dtypes and strides are refused with
+ *     the outputs untouched, in sdpa_forward and sdpa_kv_write alike.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "suites.h"
+
+#define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+static uint64_t seed_of(int a, int b, int c) { return (uint64_t)(a * 7919 + b * 131 + c) + 4242; }
+
+/* Run case c fused on th_isa; the tensors are kept for the caller (free them). */
+static sdpa_status run_fused(const sc_case *c, sc_tensors *t) {
+    th_tensors_make(t, c);
+    return sdpa_forward(&t->desc, &t->q, &t->k, &t->v, &t->o, t->lse);
+}
+
+/* o and lse of two runs of cases that differ only in their K/V storage: the same bits. */
+static int same_bits(const sc_tensors *a, const sc_tensors *b) {
+    return memcmp(a->bufs[3], b->bufs[3], a->elems[3] * sc_dtype_size(a->o.dtype)) == 0 &&
+           memcmp(a->lse, b->lse, a->elems[4] * sizeof(float)) == 0;
+}
+
+/* Paged against contiguous on the same data, and each against the reference. */
+static void paged_identical(void) {
+    static const int64_t pages[] = {1, 3, 16, 64, 256};
+    static const sdpa_dtype dts[] = {SDPA_F32, SDPA_F16, SDPA_BF16, SDPA_I8, SDPA_FP8_E4M3,
+                                     SDPA_I4};
+    /* decode with GQA and kv_lens; chunked prefill (bottom-right causal); a window */
+    static const sc_case shapes[] = {
+        {.B = 3, .Hq = 8, .Hkv = 2, .Tq = 1, .Tkv = 300, .Dk = 64, .Dv = 64, .lens = SC_LENS_KV},
+        {.B = 2, .Hq = 4, .Hkv = 4, .Tq = 37, .Tkv = 200, .Dk = 32, .Dv = 48, .causal = 1},
+        {.B = 1, .Hq = 2, .Hkv = 1, .Tq = 20, .Tkv = 333, .Dk = 32, .Dv = 32, .causal = 1,
+         .window = 1, .wl = 70, .layout = SC_BTHD},
+    };
+    for (int s = 0; s < N(shapes); s++)
+        for (int d = 0; d < N(dts); d++)
+            for (int pg = 0; pg < N(pages); pg++) {
+                sc_case c = shapes[s];
+                c.dt[1] = c.dt[2] = dts[d];
+                c.qgroup = (d + pg) % 2 ? 0 : 16;
+                c.seed = seed_of(s, d, pg);
+                c.compute = pg == 2 && s == 1 ? SDPA_COMPUTE_BF16 : SDPA_COMPUTE_F32;
+                if (s == 2 && pg % 2)
+                    c.layout = SC_PADDED;
+                sc_tensors flat, paged;
+                const sdpa_status s0 = run_fused(&c, &flat);
+                c.page = pages[pg];
+                const sdpa_status s1 = run_fused(&c, &paged);
+                char desc[512];
+                CHECK(s0 == SDPA_OK && s1 == SDPA_OK && same_bits(&flat, &paged),
+                      "paged vs contiguous [%s]: status %s / %s, same bits %d",
+                      th_case_str(&c, desc, sizeof desc), sdpa_strerror(s0), sdpa_strerror(s1),
+                      s0 == SDPA_OK && s1 == SDPA_OK ? same_bits(&flat, &paged) : -1);
+                sc_tensors_free(&flat);
+                sc_tensors_free(&paged);
+                if (pg % 2 == 0)
+                    th_run_case(&c, "paged");
+            }
+}
+
+/* Split-KV (one long decode row, few items) over a paged int8 cache and 16-token pages
+ * gives the same bits as the contiguous cache, at 1 and 3 threads. */
+static void paged_split(void) {
+    sc_case c = {.B = 1, .Hq = 4, .Hkv = 1, .Tq = 1, .Tkv = 5000, .Dk = 64, .Dv = 64,
+                 .dt = {SDPA_F32, SDPA_I8, SDPA_I8, SDPA_F32}, .seed = 99};
+    sc_tensors ref;
+    run_fused(&c, &ref);
+    c.page = 16;
+    for (int threads = 1; threads <= 3; threads += 2) {
+        c.threads = threads;
+        sc_tensors t;
+        const sdpa_status st = run_fused(&c, &t);
+        CHECK(st == SDPA_OK && same_bits(&ref, &t), "split-KV paged int8, %d threads: %s",
+              threads, sdpa_strerror(st));
+        sc_tensors_free(&t);
+    }
+    sc_tensors_free(&ref);
+    th_run_case(&c, "paged split-KV");
+}
+
+/* Two entries reading the same pages (a shared prompt prefix): with the same query rows
+ * their outputs are the same bits, and both agree with the reference. */
+static void shared_pages(void) {
+    sc_case c = {.B = 2, .Hq = 4, .Hkv = 2, .Tq = 3, .Tkv = 100, .Dk = 32, .Dv = 32,
+                 .causal = 1, .page = 16, .seed = 7, .dt = {0, SDPA_I8, SDPA_F16, 0}};
+    sc_tensors t, r;
+    th_tensors_make(&t, &c);
+    th_tensors_make(&r, &c);
+    const int64_t per = t.desc.pages.stride;
+    for (int64_t p = 0; p < per; p++) {
+        t.table[per + p] = t.table[p];
+        r.table[per + p] = r.table[p];
+    }
+    for (int64_t h = 0; h < c.Hq; h++)
+        for (int64_t i = 0; i < c.Tq; i++) {
+            memcpy(sc_at(&t.q, 1, h, i), sc_at(&t.q, 0, h, i), (size_t)c.Dk * sizeof(float));
+            memcpy(sc_at(&r.q, 1, h, i), sc_at(&r.q, 0, h, i), (size_t)c.Dk * sizeof(float));
+        }
+    const sdpa_status sf = sdpa_forward(&t.desc, &t.q, &t.k, &t.v, &t.o, t.lse);
+    const sdpa_status sr = sdpa_reference(&r.desc, &r.q, &r.k, &r.v, &r.o, r.lse);
+    int same = 1;
+    for (int64_t h = 0; h < c.Hq; h++)
+        for (int64_t i = 0; i < c.Tq; i++)
+            same &= memcmp(sc_at(&t.o, 0, h, i), sc_at(&t.o, 1, h, i),
+                           (size_t)c.Dv * sizeof(float)) == 0;
+    const sc_error e = th_compare(&c, &t, &r);
+    CHECK(sf == SDPA_OK && sr == SDPA_OK && same && e.bad == 0,
+          "shared pages: %s / %s, entries equal %d, bad %lld", sdpa_strerror(sf),
+          sdpa_strerror(sr), same, (long long)e.bad);
+    sc_tensors_free(&t);
+    sc_tensors_free(&r);
+}
+
+/* Quantized caches against the reference at every scale granularity and format. */
+static void quantized(void) {
+    static const sdpa_dtype dts[] = {SDPA_I8, SDPA_FP8_E4M3, SDPA_FP8_E5M2, SDPA_I4};
+    static const struct {
+        int qs;
+        int64_t group;
+        sdpa_dtype sdt;
+    } scales[] = {{SC_QS_ROW, 0, SDPA_F32}, {SC_QS_ROW, 32, SDPA_F32}, {SC_QS_ROW, 64, SDPA_F16},
+                  {SC_QS_HEAD, 0, SDPA_F32}, {SC_QS_TENSOR, 0, SDPA_F16}};
+    for (int d = 0; d < N(dts); d++)
+        for (int s = 0; s < N(scales); s++)
+            for (int shape = 0; shape < 3; shape++) {
+                sc_case c = {.B = 2, .Hq = 4, .Hkv = 2, .Dk = 128, .Dv = 64,
+                             .dt = {SDPA_F32, dts[d], dts[(d + s) % N(dts)], SDPA_F32},
+                             .qscale = scales[s].qs, .qgroup = scales[s].group,
+                             .qscale_dt = scales[s].sdt, .layout = (d + s) % 3,
+                             .seed = seed_of(d, s, shape)};
+                if (shape == 0) { /* decode */
+                    c.Tq = 1;
+                    c.Tkv = 777;
+                    c.lens = SC_LENS_KV;
+                } else if (shape == 1) { /* prefill, causal, with a softcap */
+                    c.Tq = c.Tkv = 150;
+                    c.causal = 1;
+                    c.softcap = 20.0f;
+                } else { /* chunked prefill, bf16 compute, paged */
+                    c.Tq = 40;
+                    c.Tkv = 260;
+                    c.causal = 1;
+                    c.compute = SDPA_COMPUTE_BF16;
+                    c.page = 16;
+                }
+                th_run_case(&c, "quantized");
+            }
+}
+
+/* Each table's dequant on every code, scale 1 and scale 0.75, against the formats'
+ * definitions computed here in double. */
+static double code_def(sdpa_dtype t, int c) {
+    if (t == SDPA_I8)
+        return (double)(int8_t)c;
+    if (t == SDPA_I4)
+        return (double)(c >= 8 ? c - 16 : c);
+    const int mb = t == SDPA_FP8_E4M3 ? 3 : 2, bias = t == SDPA_FP8_E4M3 ? 7 : 15;
+    const int e = (c & 0x7f) >> mb, m = c & ((1 << mb) - 1);
+    const double sg = (c & 0x80) ? -1.0 : 1.0;
+    if (t == SDPA_FP8_E4M3 && (c & 0x7f) == 0x7f)
+        return NAN;
+    if (t == SDPA_FP8_E5M2 && e == 31)
+        return m ? NAN : sg * INFINITY;
+    return sg * (e ? ldexp(1.0 + m / (double)(1 << mb), e - bias)
+                   : ldexp(m / (double)(1 << mb), 1 - bias));
+}
+
+static void dequant_codes(void) {
+    const sdpa_kernels *kt = sdpa_isa_lookup(th_isa)->kernels;
+    static const sdpa_dtype dts[] = {SDPA_I8, SDPA_FP8_E4M3, SDPA_FP8_E5M2, SDPA_I4};
+    static const float scs[] = {1.0f, 0.75f, 3e-3f};
+    uint8_t codes[256];
+    float out[256], sc[256];
+    for (int i = 0; i < 256; i++)
+        codes[i] = (uint8_t)i;
+    for (int d = 0; d < N(dts); d++)
+        for (int s = 0; s < N(scs); s++) {
+            /* 256 elements (int4: 256 nibbles, each code 16 times), groups of 32 */
+            for (int g = 0; g < 8; g++)
+                sc[g] = scs[s] * (float)(g + 1);
+            kt->dequant(256, codes, dts[d], sc, 32, out);
+            int bad = 0;
+            for (int i = 0; i < 256; i++) {
+                const int code = dts[d] == SDPA_I4 ? (codes[i / 2] >> (4 * (i % 2))) & 15 : i;
+                const float want = (float)code_def(dts[d], code) * sc[i / 32];
+                bad += !(memcmp(&want, &out[i], 4) == 0 || (isnan(want) && isnan(out[i])));
+            }
+            CHECK(bad == 0, "%s dequant dtype %d scale %g: %d codes wrong",
+                  sdpa_isa_name(th_isa), dts[d], (double)scs[s], bad);
+        }
+}
+
+/* sdpa_kv_write: codes and scales against hand-computed ones. */
+static void writer(void) {
+    /* int8, one row of 8 with a computed fp32 scale: amax 2.54 -> scale 0.02,
+     * x / 0.02 rounded to nearest even */
+    const float x[8] = {2.54f, -2.54f, 0.01f, 0.03f, -0.05f, 1.0f, 0.0f, NAN};
+    int8_t q8[8];
+    float s8 = 0;
+    sdpa_kv_write_desc d = {.batch = 1, .heads = 1, .len = 1, .dim = 8, .len_kv = 1,
+                            .scales = {.data = &s8, .dtype = SDPA_F32}, .compute_scales = 1};
+    sdpa_tensor src = sdpa_tensor_bhtd(x, SDPA_F32, 1, 1, 8);
+    sdpa_tensor dst = sdpa_tensor_bhtd(q8, SDPA_I8, 1, 1, 8);
+    sdpa_status st = sdpa_kv_write(&d, &src, &dst);
+    const float s = 2.54f / 127.0f;
+    int ok = st == SDPA_OK && s8 == s;
+    for (int i = 0; i < 8; i++) {
+        const float r = isnan(x[i]) ? 0.0f : nearbyintf(x[i] / s);
+        ok &= q8[i] == (int8_t)r;
+    }
+    CHECK(ok, "int8 writer: %s, scale %a want %a, codes %d %d %d %d %d %d %d %d",
+          sdpa_strerror(st), (double)s8, (double)s, q8[0], q8[1], q8[2], q8[3], q8[4], q8[5],
+          q8[6], q8[7]);
+
+    /* fp8 with a given scale of 1: every finite code's value writes back to that code
+     * (-0 to 0x80), the midpoints between neighbours to the even one, beyond max to max */
+    static const sdpa_dtype f8[2] = {SDPA_FP8_E4M3, SDPA_FP8_E5M2};
+    for (int k = 0; k < 2; k++) {
+        float one = 1.0f, v[256];
+        uint8_t q[256];
+        int n = 0;
+        for (int c = 0; c < 256; c++)
+            v[c] = (float)code_def(f8[k], c);
+        sdpa_kv_write_desc w = {.batch = 1, .heads = 1, .len = 1, .dim = 256, .len_kv = 1,
+                                .scales = {.data = &one, .dtype = SDPA_F32}};
+        src = sdpa_tensor_bhtd(v, SDPA_F32, 1, 1, 256);
+        dst = sdpa_tensor_bhtd(q, f8[k], 1, 1, 256);
+        st = sdpa_kv_write(&w, &src, &dst);
+        for (int c = 0; c < 256; c++) {
+            if (isnan(v[c]))
+                n += !isnan(code_def(f8[k], q[c]));
+            else if (isinf(v[c]))
+                n += q[c] != (c & 0x80 ? 0xfb : 0x7b); /* saturated */
+            else
+                n += q[c] != c;
+        }
+        /* midpoints: between codes 1 and 2 (odd, even) -> 2; 2 and 3 -> 2; 1e9 -> max */
+        float mid[3] = {(float)(0.5 * (code_def(f8[k], 0x09) + code_def(f8[k], 0x0a))),
+                        (float)(0.5 * (code_def(f8[k], 0x0a) + code_def(f8[k], 0x0b))), 1e9f};
+        uint8_t qm[3];
+        w.dim = 3;
+        src = sdpa_tensor_bhtd(mid, SDPA_F32, 1, 1, 3);
+        dst = sdpa_tensor_bhtd(qm, f8[k], 1, 1, 3);
+        st |= sdpa_kv_write(&w, &src, &dst);
+        const uint8_t mx = k == 0 ? 0x7e : 0x7b;
+        CHECK(st == SDPA_OK && n == 0 && qm[0] == 0x0a && qm[1] == 0x0a && qm[2] == mx,
+              "%s writer: status %d, %d codes wrong, midpoints %02x %02x max %02x",
+              k ? "e5m2" : "e4m3", st, n, qm[0], qm[1], qm[2]);
+    }
+
+    /* int4 packing: element 0 in the low nibble; a given f16 scale of 0.5 */
+    const float x4[4] = {0.5f, -1.0f, 3.5f, -4.0f}; /* codes 1, -2, 7, -7 (saturated) */
+    uint8_t q4[2] = {0};
+    const uint16_t half = 0x3800; /* 0.5 in binary16 */
+    sdpa_kv_write_desc w4 = {.batch = 1, .heads = 1, .len = 1, .dim = 4, .len_kv = 1,
+                             .scales = {.data = &half, .dtype = SDPA_F16}};
+    src = sdpa_tensor_bhtd(x4, SDPA_F32, 1, 1, 4);
+    dst = sdpa_tensor_bhtd(q4, SDPA_I4, 1, 1, 4);
+    st = sdpa_kv_write(&w4, &src, &dst);
+    CHECK(st == SDPA_OK && q4[0] == 0xe1 && q4[1] == 0x97, "int4 writer: %s, bytes %02x %02x",
+          sdpa_strerror(st), q4[0], q4[1]);
+
+    /* a paged write of 5 rows at position 14 of 16-token pages touches pages 0 and 1 of
+     * the table (pool pages 2 and 0) and nothing else */
+    float rows[5 * 4], pool[3 * 16 * 4];
+    for (int i = 0; i < 20; i++)
+        rows[i] = (float)(i + 1);
+    for (int i = 0; i < 3 * 64; i++)
+        pool[i] = -1.0f;
+    const int32_t table[2] = {2, 0};
+    const int64_t pos = 14;
+    sdpa_kv_write_desc wp = {.batch = 1, .heads = 1, .len = 5, .dim = 4, .len_kv = 32,
+                             .pos = &pos, .pages = {table, 2, 16, 3}};
+    src = sdpa_tensor_bhtd(rows, SDPA_F32, 1, 5, 4);
+    dst = (sdpa_tensor){pool, SDPA_F32, 64, 64, 4};
+    st = sdpa_kv_write(&wp, &src, &dst);
+    int bad = 0;
+    for (int p = 0; p < 3; p++)
+        for (int slot = 0; slot < 16; slot++)
+            for (int e = 0; e < 4; e++) {
+                const int logical = p == 2 ? slot : p == 0 ? 16 + slot : -1;
+                const int t = logical - 14;
+                const float want = t >= 0 && t < 5 ? (float)(t * 4 + e + 1) : -1.0f;
+                bad += pool[p * 64 + slot * 4 + e] != want;
+            }
+    CHECK(st == SDPA_OK && bad == 0, "paged writer: %s, %d elements wrong", sdpa_strerror(st),
+          bad);
+}
+
+/* Every refusal leaves o and lse as they were. */
+static void refusals(void) {
+    sc_case c = {.B = 2, .Hq = 2, .Hkv = 1, .Tq = 2, .Tkv = 40, .Dk = 32, .Dv = 32,
+                 .page = 16, .dt = {0, SDPA_I8, SDPA_I4, 0}, .seed = 5};
+    for (int k = 0; k < 14; k++) {
+        sc_tensors t;
+        th_tensors_make(&t, &c);
+        sdpa_desc d = t.desc;
+        sdpa_tensor q = t.q, kk = t.k, v = t.v;
+        sdpa_status want = SDPA_ERR_BAD_ARGUMENT;
+        switch (k) {
+        case 0: t.table[1] = (int32_t)d.pages.num_pages; break;          /* past the pool */
+        case 1: t.table[2] = -1; break;                                  /* negative, used */
+        case 2: d.pages.page_size = 0; break;
+        case 3: d.pages.num_pages = 0; break;
+        case 4: d.k_scales.data = NULL; break;                           /* int8 without */
+        case 5: d.v_scales.group = 5; break;                             /* 5 does not divide 32 */
+        case 6: d.v_scales.group = 1; break;                             /* odd group for int4 */
+        case 7: d.k_scales.dtype = SDPA_BF16; want = SDPA_ERR_BAD_DTYPE; break;
+        case 8: v.stride_t += 1; want = SDPA_ERR_BAD_STRIDE; break;      /* odd int4 stride */
+        case 9: q.dtype = SDPA_I8; want = SDPA_ERR_BAD_DTYPE; break;     /* Q is never quantized */
+        case 10: kk.dtype = (sdpa_dtype)7; want = SDPA_ERR_BAD_DTYPE; break;
+        case 11: d.pages.stride = INT64_MAX / 2; want = SDPA_ERR_OVERFLOW; break;
+        case 12: d.k_scales.stride_b = INT64_MAX / 4; want = SDPA_ERR_OVERFLOW; break;
+        default: /* scales on an fp32 operand */
+            kk.dtype = SDPA_F32;
+            break;
+        }
+        const sdpa_status st = sdpa_forward(&d, &q, &kk, &v, &t.o, t.lse);
+        const sdpa_status sr = sdpa_reference(&d, &q, &kk, &v, &t.o, t.lse);
+        size_t untouched = 0;
+        for (size_t e = 0; e < t.elems[3]; e++)
+            untouched += ((uint32_t *)t.bufs[3])[e] == SC_SENTINEL_F32;
+        for (size_t e = 0; e < t.elems[4]; e++)
+            untouched += ((uint32_t *)(void *)t.lse)[e] == SC_SENTINEL_F32;
+        CHECK(st == want && sr == want && untouched == t.elems[3] + t.elems[4],
+              "refusal %d: forward %s reference %s (want %s), %zu of %zu untouched", k,
+              sdpa_strerror(st), sdpa_strerror(sr), sdpa_strerror(want), untouched,
+              t.elems[3] + t.elems[4]);
+        sc_tensors_free(&t);
+    }
+    /* packed varlen with paging */
+    sc_case v = {.B = 2, .Hq = 1, .Hkv = 1, .Tq = 3, .Tkv = 20, .Dk = 8, .Dv = 8, .seed = 3,
+                 .lens = SC_LENS_VARLEN};
+    sc_tensors t;
+    th_tensors_make(&t, &v);
+    const int32_t table[4] = {0, 1, 2, 3};
+    t.desc.pages = (sdpa_pages){table, 2, 16, 4};
+    const sdpa_status st = sdpa_forward(&t.desc, &t.q, &t.k, &t.v, &t.o, t.lse);
+    CHECK(st == SDPA_ERR_BAD_ARGUMENT, "paged varlen: %s", sdpa_strerror(st));
+    sc_tensors_free(&t);
+
+    /* the writer: beyond the capacity, a page outside the pool, overlap, bad scales */
+    float src[2 * 8] = {0}, cache[4 * 8];
+    int8_t q8[4 * 8];
+    float sc[4];
+    for (int k = 0; k < 6; k++) {
+        for (int i = 0; i < 32; i++)
+            cache[i] = -7.0f;
+        memset(q8, 0x55, sizeof q8);
+        const int32_t tb[2] = {0, k == 1 ? 9 : 1};
+        int64_t pos = k == 0 ? 3 : 0;
+        sdpa_kv_write_desc w = {.batch = 1, .heads = 1, .len = 2, .dim = 8, .len_kv = 4,
+                                .pos = &pos};
+        sdpa_tensor s = sdpa_tensor_bhtd(src, SDPA_F32, 1, 2, 8);
+        sdpa_tensor dst = sdpa_tensor_bhtd(k >= 3 ? (void *)q8 : (void *)cache,
+                                           k >= 3 ? SDPA_I8 : SDPA_F32, 1, 4, 8);
+        sdpa_status want = SDPA_ERR_BAD_ARGUMENT;
+        if (k == 1) {
+            pos = 1; /* rows 1, 2: pages 0 and 1 of 2-token pages; page 9 is not in the pool */
+            w.pages = (sdpa_pages){tb, 2, 2, 2};
+            dst.stride_b = 16;
+        } else if (k == 2) {
+            s.data = cache; /* the source inside the cache */
+            want = SDPA_ERR_OVERLAP;
+        } else if (k == 3) {
+            w.scales = (sdpa_scales){.data = sc, .dtype = SDPA_F32, .group = 3};
+        } else if (k == 4) { /* computed scales that every row shares: not an output */
+            w.scales = (sdpa_scales){.data = sc, .dtype = SDPA_F32};
+            w.compute_scales = 1;
+            want = SDPA_ERR_BAD_STRIDE;
+        } else if (k == 5) {
+            w.compute_scales = 1; /* no scales at all */
+        }
+        const sdpa_status sw = sdpa_kv_write(&w, &s, &dst);
+        int kept = 1;
+        for (int i = 0; i < 32; i++)
+            kept &= cache[i] == -7.0f && q8[i] == 0x55;
+        CHECK(sw == want && kept, "writer refusal %d: %s (want %s), cache kept %d", k,
+              sdpa_strerror(sw), sdpa_strerror(want), kept);
+    }
+}
+
+void suite_kvcache(void) {
+    dequant_codes();
+    paged_identical();
+    paged_split();
+    shared_pages();
+    quantized();
+    if (th_isa == sdpa_get_isa() || th_isa == SDPA_ISA_SCALAR) {
+        writer();
+        refusals();
+    }
+}
