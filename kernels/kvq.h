@@ -2,13 +2,12 @@
  * kvq.h - dequantization of one row of a quantized K or V cache (int8, fp8 e4m3/e5m2,
  * int4; include/sdpa.h, sdpa_dtype) into fp32, the kernel table's `dequant` entry.
  *
- * One portable source, included by every base table (scalar, avx2, avx512, neon) and
- * compiled with that table's ISA flags: the loops run over fixed chunks of KVQ_CHUNK
- * elements with one scale each, a trip count the compiler vectorises at -O2 for any
- * vector width (gcc's "very cheap" cost model vectorises only loops whose count is a
- * known multiple of the vector length). It is not a tile: the driver (src/kvcache.c)
- * calls it per row while gathering a block of a quantized cache into the fp32 block the
- * tiles then read.
+ * One source, included by every base table (scalar, avx2, avx512, neon) and compiled
+ * with that table's ISA flags: one register of codes at a time in the compilers' generic
+ * vectors, with the ISA's widening load, on the SIMD tables; code by code on the scalar
+ * table. It is not a tile: the
+ * driver (src/kvcache.c) calls it per row while gathering a block of a quantized cache
+ * into the fp32 block the tiles then read.
  *
  * Every result is fl(value(code) * scale), the value include/sdpa.h defines, bit for bit:
  * value(code) is exact in fp32 for every format, and one IEEE multiplication rounds to
@@ -25,82 +24,164 @@
 
 #include "sdpa.h"
 
-enum { KVQ_CHUNK = 16 };
 
+/* One code of each format, scalar: the scalar table's whole path and the SIMD tails. */
 static inline float kvq_bits(uint32_t u) {
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
 }
 
-/* E4M3 (OCP 8-bit floating point, v1.0): bias 7; exponent 0 is subnormal, m 2^-9;
- * S.1111.111 is NaN; no infinities. A normal code's fp32 exponent is e + 120. */
-static inline float kvq_e4m3(uint8_t c) {
+/* An fp8 code with mbits mantissa bits and exponent bias `bias`: a normal code's fp32
+ * exponent e + 127 - bias is built in the exponent field; a subnormal code is m times
+ * 2^(1 - bias - mbits), an exact product, never an fp32 subnormal (so no flush-to-zero
+ * setting changes it). E4M3 (OCP 8-bit floating point v1.0): S.1111.111 is NaN, there
+ * is no infinity; E5M2: exponent 31 is inf (m = 0) or NaN, as in binary16. */
+static inline float kvq_fp8_one(uint8_t c, int mbits, int bias) {
     const uint32_t a = c & 0x7fu, sign = (uint32_t)(c & 0x80u) << 24;
-    const float normal = kvq_bits(((a << 20) + (120u << 23)) | sign);
-    const float sub = kvq_bits(sign | 0x3f800000u) * (float)(a & 7u) * 0x1p-9f;
-    const float nan = kvq_bits(0x7fc00000u | sign);
-    return a == 0x7fu ? nan : ((a >> 3) ? normal : sub);
+    const uint32_t e = a >> mbits, m = a & ((1u << mbits) - 1u);
+    if (mbits == 3 && a == 0x7fu)
+        return kvq_bits(sign | 0x7fc00000u);
+    if (mbits == 2 && e == 31u)
+        return kvq_bits(sign | 0x7f800000u | (m ? 0x400000u : 0u));
+    if (e)
+        return kvq_bits(((a << (23 - mbits)) + ((uint32_t)(127 - bias) << 23)) | sign);
+    const float sub = (float)m * kvq_bits((uint32_t)(127 + 1 - bias - mbits) << 23);
+    return sign ? -sub : sub;
 }
 
-/* E5M2 (OCP): bias 15, IEEE-style: exponent 31 is inf (m = 0) or NaN; exponent 0 is
- * subnormal, m 2^-16. A normal code's fp32 exponent is e + 112. */
-static inline float kvq_e5m2(uint8_t c) {
-    const uint32_t a = c & 0x7fu, sign = (uint32_t)(c & 0x80u) << 24;
-    const float normal = kvq_bits(((a << 21) + (112u << 23)) | sign);
-    const float sub = kvq_bits(sign | 0x3f800000u) * (float)(a & 3u) * 0x1p-16f;
-    const float special = kvq_bits(sign | 0x7f800000u | ((a & 3u) ? 0x400000u : 0u));
-    return (a >> 2) == 31u ? special : ((a >> 2) ? normal : sub);
+static inline float kvq_one(sdpa_dtype dt, const unsigned char *row, int64_t e) {
+    switch (dt) {
+    case SDPA_I8:
+        return (float)(int8_t)row[e];
+    case SDPA_I4:
+        return (float)((((row[e / 2] >> (4 * (e % 2))) & 15) ^ 8) - 8);
+    case SDPA_FP8_E4M3:
+        return kvq_fp8_one(row[e], 3, 7);
+    default: /* SDPA_FP8_E5M2 */
+        return kvq_fp8_one(row[e], 2, 15);
+    }
 }
 
-/* The signed 4-bit codes of a byte: the low nibble (the even element), the high one. */
-static inline int kvq_lo(unsigned char b) { return (int)(b & 15) - (int)((b & 8) << 1); }
-static inline int kvq_hi(unsigned char b) { return (int)(b >> 4) - (int)((b & 128) >> 3); }
+/* The SIMD tables: KVQ_LANES codes at a time in the compilers' generic vectors, one
+ * register wide (so a cast between two of the types reinterprets one register), with
+ * the one step generic vectors lower badly (gcc 12 widens 8-bit lanes one by one, with
+ * pinsrd) done by the ISA's widening load: KVQ_WIDEN(out, p, SIGNED) reads KVQ_LANES
+ * bytes at p into 32-bit lanes, KVQ_WIDEN_DUP(out, p) reads KVQ_LANES / 2 bytes, each
+ * into two adjacent lanes (int4: two codes per byte). */
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+#include <immintrin.h>
+#define KVQ_LANES 16
+#define KVQ_WIDEN(out, p, SIGNED)                                                          \
+    do {                                                                                   \
+        const __m128i b_ = _mm_loadu_si128((const __m128i *)(const void *)(p));            \
+        (out) = (kvq_u32)((SIGNED) ? _mm512_cvtepi8_epi32(b_) : _mm512_cvtepu8_epi32(b_)); \
+    } while (0)
+#define KVQ_WIDEN_DUP(out, p)                                                              \
+    do {                                                                                   \
+        const __m128i b_ = _mm_loadl_epi64((const __m128i *)(const void *)(p));            \
+        (out) = (kvq_u32)_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b_, b_));                  \
+    } while (0)
+#elif defined(__AVX2__)
+#include <immintrin.h>
+#define KVQ_LANES 8
+#define KVQ_WIDEN(out, p, SIGNED)                                                          \
+    do {                                                                                   \
+        const __m128i b_ = _mm_loadl_epi64((const __m128i *)(const void *)(p));            \
+        (out) = (kvq_u32)((SIGNED) ? _mm256_cvtepi8_epi32(b_) : _mm256_cvtepu8_epi32(b_)); \
+    } while (0)
+#define KVQ_WIDEN_DUP(out, p)                                                              \
+    do {                                                                                   \
+        int32_t w_;                                                                        \
+        memcpy(&w_, (p), sizeof w_);                                                       \
+        const __m128i b_ = _mm_cvtsi32_si128(w_);                                          \
+        (out) = (kvq_u32)_mm256_cvtepu8_epi32(_mm_unpacklo_epi8(b_, b_));                  \
+    } while (0)
+#elif defined(__ARM_NEON)
+#include <arm_neon.h>
+#define KVQ_LANES 4
+#define KVQ_WIDEN(out, p, SIGNED)                                                          \
+    do {                                                                                   \
+        uint32_t w_;                                                                       \
+        memcpy(&w_, (p), sizeof w_);                                                       \
+        const uint8x8_t b_ = vreinterpret_u8_u32(vdup_n_u32(w_));                          \
+        (out) = (SIGNED) ? (kvq_u32)vmovl_s16(vget_low_s16(vmovl_s8(vreinterpret_s8_u8(b_)))) \
+                         : (kvq_u32)vmovl_u16(vget_low_u16(vmovl_u8(b_)));                 \
+    } while (0)
+#define KVQ_WIDEN_DUP(out, p)                                                              \
+    do {                                                                                   \
+        uint16_t w_;                                                                       \
+        memcpy(&w_, (p), sizeof w_);                                                       \
+        const uint8x8_t b_ = vreinterpret_u8_u16(vdup_n_u16(w_));                          \
+        (out) = (kvq_u32)vmovl_u16(vget_low_u16(vmovl_u8(vzip1_u8(b_, b_))));             \
+    } while (0)
+#endif
+
+#ifdef KVQ_LANES
+typedef int32_t kvq_i32 __attribute__((vector_size(4 * KVQ_LANES)));
+typedef uint32_t kvq_u32 __attribute__((vector_size(4 * KVQ_LANES)));
+typedef float kvq_f32 __attribute__((vector_size(4 * KVQ_LANES)));
+
+/* mask ? a : b, lane by lane (mask lanes all ones or all zeros, as comparisons give) */
+#define KVQ_SELECT(mask, a, b) (((kvq_u32)(mask) & (a)) | (~(kvq_u32)(mask) & (b)))
+
+/* out = the fp8 codes c (32-bit lanes) as fp32: kvq_fp8_one, lane by lane. */
+#define KVQ_FP8(out, c, MBITS, BIAS)                                                       \
+    do {                                                                                   \
+        const kvq_u32 a_ = (c) & 0x7fu, sign_ = ((c) & 0x80u) << 24;                       \
+        const kvq_u32 e_ = a_ >> (MBITS), m_ = a_ & ((1u << (MBITS)) - 1u);                \
+        const kvq_u32 normal_ =                                                            \
+            ((a_ << (23 - (MBITS))) + ((uint32_t)(127 - (BIAS)) << 23)) | sign_;           \
+        const kvq_u32 sub_ =                                                               \
+            (kvq_u32)(__builtin_convertvector((kvq_i32)m_, kvq_f32) *                      \
+                      kvq_bits((uint32_t)(127 + 1 - (BIAS) - (MBITS)) << 23)) | sign_;     \
+        kvq_u32 r_ = KVQ_SELECT(e_ != 0u, normal_, sub_);                                  \
+        if ((MBITS) == 3)                                                                  \
+            r_ = KVQ_SELECT(a_ == 0x7fu, sign_ | 0x7fc00000u, r_);                         \
+        else                                                                               \
+            r_ = KVQ_SELECT(e_ == 31u,                                                     \
+                            sign_ | 0x7f800000u | ((kvq_u32)(m_ != 0u) & 0x400000u), r_);  \
+        (out) = (kvq_f32)r_;                                                               \
+    } while (0)
+#endif
 
 /* Elements [d0, d0 + n) of a row stored as dt, times scale s, into out[0 .. n). */
-static inline void kvq_span(sdpa_dtype dt, const unsigned char *row, int d0, int n, float s,
+static inline void kvq_span(sdpa_dtype dt, const unsigned char *row, int64_t d0, int n, float s,
                             float *out) {
     int d = 0;
-    switch (dt) {
-    case SDPA_I8: {
-        const int8_t *x = (const int8_t *)(const void *)row + d0;
-        for (; d + KVQ_CHUNK <= n; d += KVQ_CHUNK)
-            for (int c = 0; c < KVQ_CHUNK; c++)
-                out[d + c] = (float)x[d + c] * s;
-        for (; d < n; d++)
-            out[d] = (float)x[d] * s;
-        return;
-    }
-    case SDPA_FP8_E4M3:
-        for (; d + KVQ_CHUNK <= n; d += KVQ_CHUNK)
-            for (int c = 0; c < KVQ_CHUNK; c++)
-                out[d + c] = kvq_e4m3(row[d0 + d + c]) * s;
-        for (; d < n; d++)
-            out[d] = kvq_e4m3(row[d0 + d]) * s;
-        return;
-    case SDPA_FP8_E5M2:
-        for (; d + KVQ_CHUNK <= n; d += KVQ_CHUNK)
-            for (int c = 0; c < KVQ_CHUNK; c++)
-                out[d + c] = kvq_e5m2(row[d0 + d + c]) * s;
-        for (; d < n; d++)
-            out[d] = kvq_e5m2(row[d0 + d]) * s;
-        return;
-    case SDPA_I4: { /* d0 and n even (the group is even): whole bytes */
-        const unsigned char *x = row + d0 / 2;
-        for (; d + KVQ_CHUNK <= n; d += KVQ_CHUNK)
-            for (int c = 0; c < KVQ_CHUNK / 2; c++) {
-                out[d + 2 * c] = (float)kvq_lo(x[d / 2 + c]) * s;
-                out[d + 2 * c + 1] = (float)kvq_hi(x[d / 2 + c]) * s;
-            }
-        for (; d < n; d += 2) {
-            out[d] = (float)kvq_lo(x[d / 2]) * s;
-            out[d + 1] = (float)kvq_hi(x[d / 2]) * s;
+#ifdef KVQ_LANES
+    for (; d + KVQ_LANES <= n; d += KVQ_LANES) {
+        const unsigned char *p = row + d0 + d;
+        kvq_u32 c;
+        kvq_f32 v;
+        switch (dt) {
+        case SDPA_I8:
+            KVQ_WIDEN(c, p, 1);
+            v = __builtin_convertvector((kvq_i32)c, kvq_f32);
+            break;
+        case SDPA_I4: { /* byte i / 2 in lane i; the even lane takes its low nibble */
+            kvq_u32 shift;
+            for (int i = 0; i < KVQ_LANES; i++)
+                shift[i] = 4u * (uint32_t)(i % 2);
+            KVQ_WIDEN_DUP(c, row + (d0 + d) / 2);
+            v = __builtin_convertvector((kvq_i32)(((c >> shift) & 15u) ^ 8u) - 8, kvq_f32);
+            break;
         }
-        return;
+        case SDPA_FP8_E4M3:
+            KVQ_WIDEN(c, p, 0);
+            KVQ_FP8(v, c, 3, 7);
+            break;
+        default: /* SDPA_FP8_E5M2 */
+            KVQ_WIDEN(c, p, 0);
+            KVQ_FP8(v, c, 2, 15);
+            break;
+        }
+        v = v * s;
+        memcpy(out + d, &v, sizeof v);
     }
-    default: /* the driver calls this for the quantized dtypes only */
-        return;
-    }
+#endif
+    for (; d < n; d++)
+        out[d] = kvq_one(dt, row, d0 + d) * s;
 }
 
 /* out[0 .. dim) = the row at `row` (dtype dt, quantized) dequantized with the fp32
@@ -108,7 +189,7 @@ static inline void kvq_span(sdpa_dtype dt, const unsigned char *row, int d0, int
 static void kvq_dequant(int dim, const void *row, sdpa_dtype dt, const float *sc, int group,
                         float *out) {
     for (int g = 0; g * group < dim; g++)
-        kvq_span(dt, (const unsigned char *)row, g * group, group, sc[g], out + g * group);
+        kvq_span(dt, (const unsigned char *)row, (int64_t)g * group, group, sc[g], out + g * group);
 }
 
 #endif /* SDPA_KVQ_H */

@@ -164,6 +164,10 @@ void pv_block(const plan *pl, const rows *it, const scratch *w, int ra, int rb, 
 int kv_in_place(const plan *pl, int which);
 /* Keys [j0, j0 + n) of K or V of item it (n >= 1, within the sequence) as the tiles read
  * them: in place, or gathered or dequantized into w->kg / w->vg (see kvcache.c). */
+/* Paged: the run of keys from j (< end) that lies in j's page, up to end; *row is key j's
+ * row. Returns its length (>= 1). */
+int64_t kv_segment(const plan *pl, const rows *it, int which, int64_t j, int64_t end,
+                   const char **row);
 vrows kv_block(const plan *pl, const rows *it, const scratch *w, int which, int64_t j0, int n);
 
 /* ---- finalize.c ---- */

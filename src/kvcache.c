@@ -5,9 +5,14 @@
  * quantizer that writes a cache exactly as the kernels read it. It is not a kernel: the
  * per-row dequantization is the table's `dequant` (kernels/kvq.h, compiled per ISA).
  *
- * A block of n <= Bc keys reaches the tiles one of three ways:
+ * A block of n <= Bc keys reaches the tiles one of four ways:
  *   - in place, as before: a plain view, or a paged one whose block lies in one page
  *     (rows stride_t apart, the dtype as stored);
+ *   - in place page by page (kv_segment): decode's qk_rows and the unmasked pv of a
+ *     paged, unquantized cache run once per page the block crosses. Both are exact per
+ *     key in key order (qk_rows computes each score alone; pv adds keys one at a time
+ *     after the one rescale, which only the first call applies), so the bits are those
+ *     of one call on contiguous rows;
  *   - gathered: a paged block that crosses pages is copied row by row, as stored, into
  *     n x D scratch (the values are untouched, so paged and contiguous calls give the
  *     same bits);
@@ -36,6 +41,14 @@ void sdpa_kv_row_scales(const sdpa_problem *p, int which, int64_t b, int64_t hk,
         out[g] = sdpa_load_as_f32(sc->data, e + g, sc->dtype);
 }
 
+int64_t kv_segment(const plan *pl, const rows *it, int which, int64_t j, int64_t end,
+                   const char **row) {
+    const sdpa_problem *p = &pl->p;
+    const int64_t P = p->pages.page_size;
+    *row = sdpa_kv_row(p, which, it->b, it->hk, it->seq.kv0, j);
+    return min64(end, (j / P + 1) * P) - j;
+}
+
 int kv_in_place(const plan *pl, int which) {
     const sdpa_problem *p = &pl->p;
     return !p->pages.block_table && !sdpa_dtype_quantized(which ? p->vt : p->kt);
@@ -60,6 +73,16 @@ vrows kv_block(const plan *pl, const rows *it, const scratch *w, int which, int6
     }
     const sdpa_scales *sc = which ? &p->vsc : &p->ksc;
     float *dst = which ? w->vg : w->kg;
+    /* Ask for every line of the block's rows before dequantizing the first: a row of
+     * codes is a few lines (128 int8 codes: 2), too short for the hardware prefetchers
+     * to run ahead within it, and a paged block jumps between pages they cannot follow,
+     * so the misses are issued together here instead of one row at a time. */
+    const size_t rowb = (size_t)(D * sdpa_kv_bits(dt) / 8);
+    for (int j = 0; j < n; j++) {
+        const char *row = j == 0 ? first : sdpa_kv_row(p, which, it->b, it->hk, it->seq.kv0, j0 + j);
+        for (size_t off = 0; off < rowb; off += 64) /* 64-byte lines: x86-64, arm64 */
+            __builtin_prefetch(row + off, 0, 3);
+    }
     /* scales that do not change from row to row (per tensor, per head) are read once */
     const int per_row = sc->stride_t != 0 || (p->pages.block_table && sc->stride_b != 0);
     for (int j = 0; j < n; j++) {

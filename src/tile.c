@@ -126,17 +126,43 @@ static void prefetch_head(const char *base, int64_t ld, int n, size_t bytes) {
         }
 }
 
+/* prefetch_head for the page of keys from j (< end) of K (which 0) or V (1). */
+static void prefetch_page_head(const plan *pl, const rows *it, int which, int64_t j,
+                               int64_t end) {
+    const sdpa_problem *p = &pl->p;
+    const char *row;
+    const int64_t len = kv_segment(pl, it, which, j, end, &row);
+    const sdpa_dtype dt = which ? p->vt : p->kt;
+    const size_t es = sdpa_dtype_size(dt);
+    /* one row's stride is unbounded (see run_keys): used only for two rows or more */
+    prefetch_head(row, len > 1 ? (which ? p->vs : p->ks)[2] * (int64_t)es : 0, (int)len,
+                  (size_t)(which ? p->Dv : p->Dk) * es);
+}
+
 /* S rows [ra, rb) = scale Q K^T for the n keys of the block kv (caller memory, or the
  * block gathered by kv_block): K rows read in place by qk_rows for plans of few rows,
  * else packed by pack_k for qk.
  * The choice is the plan's, never the block's, so the forward pass and the attention
  * weights compute every score the same way (both kernels give a row the same bits
  * whichever rows share the call). */
-static void block_scores(const plan *pl, const scratch *w, const vrows *kv, int n, int ra,
-                         int rb) {
+static void block_scores(const plan *pl, const rows *it, const scratch *w, const vrows *kv,
+                         int64_t j0, int n, int ra, int rb) {
     const sdpa_problem *p = &pl->p;
     const sdpa_kernels *kt = pl->kt;
     float *s = w->s + (size_t)ra * (size_t)pl->lds;
+    if (kv == NULL) { /* paged fp32/16-bit K on qk_rows: page by page, in place */
+        const float *q = w->q + (size_t)ra * (size_t)pl->ldq;
+        for (int64_t j = j0; j < j0 + n;) {
+            const char *row;
+            const int64_t len = kv_segment(pl, it, 0, j, j0 + n, &row);
+            if (j + len < j0 + n) /* the next page: no hardware prefetcher finds it */
+                prefetch_page_head(pl, it, 0, j + len, j0 + n);
+            kt->qk_rows(rb - ra, (int)len, (int)p->Dk, p->scale, q, pl->ldq, row, p->ks[2],
+                        p->kt, s + (j - j0), pl->lds);
+            j += len;
+        }
+        return;
+    }
     if (pl->bf16_tiles) {
         kt->pack_k_bf16(n, (int)p->Dk, kv->v, kv->ld, kv->dt, w->kpb);
         kt->qk_bf16(rb - ra, n, (int)p->Dk, p->scale, w->qb + (size_t)ra * (size_t)pl->ldqb,
@@ -172,6 +198,19 @@ static void block_pv(const plan *pl, const rows *it, const scratch *w, int ra, i
     const sdpa_problem *p = &pl->p;
     const int Dv = (int)p->Dv;
     float *s = w->s + (size_t)ra * (size_t)pl->lds;
+    if (v == NULL) { /* paged fp32/16-bit V, nothing masked: page by page, in place */
+        for (int64_t j = j0; j < j0 + n;) {
+            const char *row;
+            const int64_t len = kv_segment(pl, it, 1, j, j0 + n, &row);
+            if (j + len < j0 + n)
+                prefetch_page_head(pl, it, 1, j + len, j0 + n);
+            pl->kt->pv(rb - ra, (int)len, Dv, s + (j - j0), pl->lds, row, p->vs[2], p->vt,
+                       j == j0 ? w->alpha + ra : NULL, w->o + (size_t)ra * (size_t)pl->ldo,
+                       pl->ldo);
+            j += len;
+        }
+        return;
+    }
     if (pl->bf16_tiles && (!masked || v_block_finite(v->v, v->ld, v->dt, n, Dv))) {
         pl->kt->pack_v_bf16(n, Dv, v->v, v->ld, v->dt, w->vpb);
         pl->kt->pv_bf16(rb - ra, n, Dv, s, pl->lds, w->vpb, w->alpha + ra,
@@ -238,6 +277,11 @@ void run_keys(const plan *pl, const rows *it, const scratch *w, int64_t ja, int6
     /* K and V in place (plain views): row addresses from the bases; else kv_block
      * gathers or dequantizes each block (kvcache.c) */
     const int kin = kv_in_place(pl, 0), vin = forward && kv_in_place(pl, 1);
+    /* paged fp32/16-bit K and V in place page by page where the kernels allow it: qk_rows
+     * (decode) for K, the unmasked pv for V, not in the bf16 mode (which rounds blocks) */
+    const int paged = p->pages.block_table != NULL && !pl->bf16;
+    const int kseg = paged && pl->k_in_place && !sdpa_dtype_quantized(p->kt);
+    const int vseg = paged && forward && !sdpa_dtype_quantized(p->vt);
     const size_t kes = sdpa_dtype_size(p->kt), ves = vin ? sdpa_dtype_size(p->vt) : 0;
     const char *kbase = kin ? sdpa_kv_row(p, 0, it->b, it->hk, it->seq.kv0, 0) : NULL;
     const char *vbase = vin ? sdpa_kv_row(p, 1, it->b, it->hk, it->seq.kv0, 0) : NULL;
@@ -276,9 +320,10 @@ void run_keys(const plan *pl, const rows *it, const scratch *w, int64_t ja, int6
              * passes, multiplied by 0) and would overflow here, so it is not used */
             prefetch_head(v.v, n > 1 ? p->vs[2] * (int64_t)ves : 0, n, (size_t)Dv * ves);
         }
-        const vrows k = kin ? (vrows){kbase + (size_t)(j0 * p->ks[2]) * kes, p->ks[2], p->kt}
-                            : kv_block(pl, it, w, 0, j0, n);
-        block_scores(pl, w, &k, n, ra, rb);
+        const vrows k = kin    ? (vrows){kbase + (size_t)(j0 * p->ks[2]) * kes, p->ks[2], p->kt}
+                        : kseg ? (vrows){NULL, 0, SDPA_F32}
+                               : kv_block(pl, it, w, 0, j0, n);
+        block_scores(pl, it, w, kseg ? NULL : &k, j0, n, ra, rb);
         const int masked = plain ? 0 : prepare_block(pl, it, w, ra, rb, j0, n);
         c->masked += masked != 0;
         if (!forward) {
@@ -293,9 +338,10 @@ void run_keys(const plan *pl, const rows *it, const scratch *w, int64_t ja, int6
                           (int)min64(jb - j1, pl->bc), (size_t)Dk * kes);
         if (p->dropout_p != 0.0f)
             dropout_block(pl, it, w, ra, rb, j0, n);
-        if (!vin)
+        const int vpages = vseg && !masked;
+        if (!vin && !vpages)
             v = kv_block(pl, it, w, 1, j0, n);
-        block_pv(pl, it, w, ra, rb, j0, n, &v, masked);
+        block_pv(pl, it, w, ra, rb, j0, n, vpages ? NULL : &v, masked);
         j0 = j1;
     }
 }
