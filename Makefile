@@ -177,9 +177,13 @@ cpuinfo: $(BUILD)/sdpa-cpuinfo
 $(BUILD)/sdpa-heatmap: tools/sdpa-heatmap.c $(BUILD)/obj/common/case.o $(BUILD)/libsdpa.a
 	$(CC) $(BASE_CFLAGS) -o $@ $^ $(LDLIBS) -lz
 
+# sdpa-kvq-error: what quantizing K/V costs (docs/PERFORMANCE.md, "KV caches").
+$(BUILD)/sdpa-kvq-error: tools/sdpa-kvq-error.c $(BUILD)/obj/common/case.o $(BUILD)/libsdpa.a
+	$(CC) $(BASE_CFLAGS) -o $@ $^ $(LDLIBS)
+
 # The plain-C command-line tools (no Google Benchmark needed).
 tools: $(BUILD)/sdpa-demo $(BUILD)/sdpa-cpuinfo $(BUILD)/sdpa-run $(BUILD)/sdpa-heatmap \
-       $(BUILD)/sdpa-schedule
+       $(BUILD)/sdpa-schedule $(BUILD)/sdpa-kvq-error
 
 # ---- the benchmark (bench/) and the measuring tools (tools/) ---------------------------
 #   make bench               build and run the standard suite (under 3 minutes on 2 cores):

@@ -222,8 +222,9 @@ typedef struct sdpa_scales {
  * only its first ceil(Tkv_b / page_size) (Tkv_b = kv_lens[b] or len_kv), and each of
  * those must be a page of the pool, 0 <= index < num_pages: validation reads them all
  * before anything is written (SDPA_ERR_BAD_ARGUMENT otherwise). Pages may be shared
- * between entries and appear in any order; pages outside a row's window or beyond its
- * length are never touched. Not with packed varlen (cu_seqlens). */
+ * between entries and appear in any order. A page none of whose keys some row may see
+ * under its length, causal masking and window is never read (a call reads only keys
+ * within the union of its rows' ranges). Not with packed varlen (cu_seqlens). */
 typedef struct sdpa_pages {
     const int32_t *block_table; /* [batch, ceil(len_kv / page_size)]; NULL = not paged */
     int64_t stride;             /* int32 elements between the rows of batch entries */
