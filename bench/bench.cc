@@ -1,6 +1,8 @@
 // bench.cc - libsdpa's benchmark as Google Benchmark registrations: every shape of the
-// suite (bench/shim.c) times every variant, the fused path on each ISA the library's
-// registry says this host runs, the naive reference, and with BLAS=openblas the unfused
+// suite (bench/shim.c; the default suite leaves out those marked full_only) times every
+// variant, the fused path on each ISA the library's
+// registry says this host runs, the naive reference (the default suite leaves it out on
+// the KV-cache shapes, paged or quantized), and with BLAS=openblas the unfused
 // BLAS baseline (on the plain fp32 shapes), at 1 thread and at all cores; the projection
 // GEMM (sdpa_linear) per ISA. Each row reports GFLOP/s, % of the FMA peak, and for decode
 // K/V GB/s and % of the DRAM read bandwidth, as Google Benchmark counters; the peaks and
@@ -49,6 +51,10 @@ struct Suite {
     double max_case_seconds; // a slow case gets fewer repetitions to stay under this
     double ref_max_seconds;  // the reference row runs only if one call is estimated below
     int ref_reps;            // repetitions of the reference rows (only the speedup uses them)
+    bool ref_kv_caches;      // reference rows on the KV-cache shapes too (paged or quantized
+                             // K/V: the same oracle as their contiguous shape's, plus the
+                             // dequantization)
+    bool all_shapes;         // the shapes marked full_only too (bench/shim.c)
     bool scalar_everywhere;  // scalar rows on every shape even when a SIMD table exists
     double run_budget;       // seconds from start to the last timed run; iterations
                              // shrink to fit what the checks left
@@ -56,8 +62,8 @@ struct Suite {
 
 // 0.6 s per case gives a median of 3 repetitions of several calls for every case under
 // 0.2 s; the full suite times everything, the slow reference rows included.
-const Suite kDefaultSuite = {"default", 0.6, 3, 16.0, 20.0, 1, false, 100.0};
-const Suite kFullSuite = {"full", 2.0, 5, 120.0, 600.0, 5, true, 1e9};
+const Suite kDefaultSuite = {"default", 0.6, 3, 16.0, 20.0, 1, false, false, false, 100.0};
+const Suite kFullSuite = {"full", 2.0, 5, 120.0, 600.0, 5, true, true, true, 1e9};
 
 // In the default suite the scalar rows run only on shapes up to this many flops and K/V
 // bytes when a SIMD table exists: beyond them one scalar call takes seconds, and
@@ -335,7 +341,7 @@ std::vector<Case> make_cases(std::vector<Shape> &shapes, const Suite &su,
         bf16_isas.push_back(f32_isas.front());
     shapes.assign((size_t)(sb_suite_len + sb_linear_suite_len), Shape{});
     std::vector<Case> cases;
-    std::string scalar_skipped;
+    std::string scalar_skipped, ref_skipped, full_only;
     for (size_t si = 0; si < shapes.size(); si++) {
         Shape &sh = shapes[si];
         if (si < (size_t)sb_suite_len) {
@@ -354,6 +360,11 @@ std::vector<Case> make_cases(std::vector<Shape> &shapes, const Suite &su,
             if (matches(filter, c.name))
                 cases.push_back(c);
         };
+        if (sh.s && sh.s->full_only && !su.all_shapes) {
+            if (matches(filter, std::string(sh.name()) + "/"))
+                full_only += std::string(" ") + sh.name();
+            continue;
+        }
         const std::vector<sdpa_isa> &rows =
             sh.s && sh.s->c.compute == SDPA_COMPUTE_BF16 ? bf16_isas : f32_isas;
         for (sdpa_isa isa : rows) {
@@ -377,8 +388,14 @@ std::vector<Case> make_cases(std::vector<Shape> &shapes, const Suite &su,
             for (int t : counts)
                 add(Kind::Blas, SDPA_ISA_AUTO, "openblas", t, ce.best_peak(t));
 #endif
-        if (sh.s->c.compute == SDPA_COMPUTE_F32) // the fp32 shape's row shows the reference
-            add(Kind::Reference, SDPA_ISA_AUTO, "reference", 1, 0.0);
+        if (sh.s->c.compute != SDPA_COMPUTE_F32) // the fp32 shape's row shows the reference
+            continue;
+        if (sb_is_kv_cache(&sh.s->c) && !su.ref_kv_caches) {
+            if (matches(filter, std::string(sh.name()) + "/reference/threads:1"))
+                ref_skipped += std::string(" ") + sh.name();
+            continue;
+        }
+        add(Kind::Reference, SDPA_ISA_AUTO, "reference", 1, 0.0);
     }
     if (!scalar_skipped.empty()) {
         char b[256];
@@ -389,6 +406,13 @@ std::vector<Case> make_cases(std::vector<Shape> &shapes, const Suite &su,
                       kScalarDefaultMaxFlops * 1e-9, kScalarDefaultMaxKvBytes / (1 << 20));
         notes.push_back(b + scalar_skipped);
     }
+    if (!full_only.empty())
+        notes.push_back("shapes only make bench-full times (sdpa-bench --suite=full "
+                        "--benchmark_filter=NAME times one):" + full_only);
+    if (!ref_skipped.empty())
+        notes.push_back("reference not timed on the KV-cache shapes in this suite (their "
+                        "contiguous shapes' rows time the same oracle); make bench-full times "
+                        "it; skipped here:" + ref_skipped);
     return cases;
 }
 
@@ -470,7 +494,8 @@ int main(int argc, char **argv) {
             "d(i) = i+Tkv_b-Tq (top-left: i); keys only an explicit mask hides count; "
             "linear: 2*M*K*N");
     context("kv_gbps_formula", "bytes of the K and V rows some query row sees, once, at their "
-                               "storage size (2 bytes for f16/bf16), / time");
+                               "storage size (2 bytes for f16/bf16, 1 for int8/fp8, 1/2 for "
+                               "int4), plus their scales and block-table entries, / time");
 #ifdef SB_WITH_BLAS
     context("blas", sb_blas_name());
 #endif
@@ -483,6 +508,8 @@ int main(int argc, char **argv) {
     if (cases.empty()) {
         std::fprintf(stderr, "sdpa-bench: no case matches --benchmark_filter=%s\n",
                      filter.c_str());
+        for (const std::string &n : notes) // a shape left out of this suite, say
+            std::fprintf(stderr, "  %s\n", n.c_str());
         return 1;
     }
     std::vector<Case> timed = check_cases(cases, *suite, notes);

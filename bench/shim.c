@@ -35,6 +35,17 @@
  * full one): the suite stays under its budget with them. */
 #define ENGINE(nm, ...)                                                                    \
     {.name = nm, .best_isa_only = 1, .c = {.guard = SC_GUARD_NONE, .seed = 1, __VA_ARGS__}}
+/* An engine shape only the full suite times: each KV-cache shape of decode-long's size
+ * costs the default suite ~3 s of set-up and check (512 MiB of data, a quantizing write,
+ * a whole reference call) besides its timed runs. */
+#define ENGINE_FULL(nm, ...)                                                               \
+    {.name = nm, .best_isa_only = 1, .full_only = 1,                                       \
+     .c = {.guard = SC_GUARD_NONE, .seed = 1, __VA_ARGS__}}
+
+/* K and V stored as engines keep them (include/sdpa.h, "KV caches"): Q and O fp32 */
+#define KV_I8 {SDPA_F32, SDPA_I8, SDPA_I8, SDPA_F32}
+#define KV_I4 {SDPA_F32, SDPA_I4, SDPA_I4, SDPA_F32}
+#define KV_E4M3 {SDPA_F32, SDPA_FP8_E4M3, SDPA_FP8_E4M3, SDPA_F32}
 
 /* batched-decode's caches: a mix of long and short sequences, up to Tkv = 8192 */
 static const int64_t batched_lens[16] = {8192, 300,  4096, 1024, 7000, 64,  2048, 8192,
@@ -97,6 +108,26 @@ const sb_shape sb_suite[] = {
     /* a long prefill: 32k keys, causal */
     ENGINE("long-prefill-32k", .B = 1, .Hq = 1, .Hkv = 1, .Tq = 32768, .Tkv = 32768, .Dk = 128,
            .Dv = 128, .causal = SDPA_CAUSAL_BOTTOM_RIGHT),
+    /* decode-long and chunked-prefill over the caches engines keep: a pool of 16-token
+     * pages in shuffled order (vLLM's block size), int8 with a scale per token and head
+     * (OpenVINO, ONNX Runtime), int4 in groups of 32 with f16 scales (llama.cpp's q4_0),
+     * fp8 e4m3 with a calibrated scale per head (vLLM, SGLang). Against their contiguous
+     * shapes they show what paging costs and what fewer bytes per key buy. The default
+     * suite keeps paging (fp32), int8, int4 and the paged int8 prefill; f16 paging and
+     * fp8 (another dequantization of the same byte count as int8) are the full suite's. */
+    ENGINE("decode-long-paged16", .B = 1, .Hq = 32, .Hkv = 8, .Tq = 1, .Tkv = 65536, .Dk = 128,
+           .Dv = 128, .page = 16),
+    ENGINE_FULL("decode-long-f16-paged16", .B = 1, .Hq = 32, .Hkv = 8, .Tq = 1, .Tkv = 65536,
+                .Dk = 128, .Dv = 128, .dt = F16_ALL, .page = 16),
+    ENGINE("decode-long-int8", .B = 1, .Hq = 32, .Hkv = 8, .Tq = 1, .Tkv = 65536, .Dk = 128,
+           .Dv = 128, .dt = KV_I8, .qscale = SC_QS_ROW),
+    ENGINE("decode-long-int4", .B = 1, .Hq = 32, .Hkv = 8, .Tq = 1, .Tkv = 65536, .Dk = 128,
+           .Dv = 128, .dt = KV_I4, .qscale = SC_QS_ROW, .qgroup = 32, .qscale_dt = SDPA_F16),
+    ENGINE_FULL("decode-long-fp8", .B = 1, .Hq = 32, .Hkv = 8, .Tq = 1, .Tkv = 65536,
+                .Dk = 128, .Dv = 128, .dt = KV_E4M3, .qscale = SC_QS_HEAD),
+    ENGINE("chunked-prefill-int8-paged16", .B = 1, .Hq = 8, .Hkv = 2, .Tq = 512, .Tkv = 16384,
+           .Dk = 128, .Dv = 128, .causal = SDPA_CAUSAL_BOTTOM_RIGHT, .dt = KV_I8,
+           .qscale = SC_QS_ROW, .page = 16),
 };
 const int sb_suite_len = (int)(sizeof sb_suite / sizeof sb_suite[0]);
 
@@ -153,8 +184,31 @@ double sb_visible_scores(const sc_case *c) {
 
 double sb_flops(const sc_case *c) { return 2.0 * (double)(c->Dk + c->Dv) * sb_visible_scores(c); }
 
+/* Bytes of one element of K or V as stored: int4 packs two in a byte. */
+static double kv_elem_bytes(sdpa_dtype t) {
+    switch (t) {
+    case SDPA_I8:
+    case SDPA_FP8_E4M3:
+    case SDPA_FP8_E5M2:
+        return 1.0;
+    case SDPA_I4:
+        return 0.5;
+    default:
+        return (double)sc_dtype_size(t);
+    }
+}
+
+static int kv_quantized(sdpa_dtype t) { return t >= SDPA_I8 && t <= SDPA_I4; }
+
+/* Scale elements one K/V head's row of D channels carries in a quantized case
+ * (common/case.h's granularities): D / group per token and head for SC_QS_ROW, none per
+ * row for the others, whose Hkv or 1 scales are counted once per call. */
+static double row_scales(const sc_case *c, int64_t D) {
+    return c->qscale == SC_QS_ROW ? (double)(D / (c->qgroup ? c->qgroup : D)) : 0.0;
+}
+
 double sb_kv_bytes(const sc_case *c) {
-    double rows = 0.0;
+    double rows = 0.0, table = 0.0;
     for (int64_t b = 0; b < (c->kv_lens ? c->B : 1); b++) {
         /* lo and hi never decrease with i, so the keys some row sees are
          * [lo of the first row that sees any, hi of the last one) */
@@ -169,29 +223,50 @@ double sb_kv_bytes(const sc_case *c) {
                 last = hi;
             }
         }
-        if (first >= 0)
-            rows += (double)(last - first) * (c->kv_lens ? 1.0 : (double)c->B);
+        const double entries = c->kv_lens ? 1.0 : (double)c->B;
+        if (first >= 0) {
+            rows += (double)(last - first) * entries;
+            if (c->page > 0) /* the block-table entries of the pages those keys are on */
+                table += (double)((last - 1) / c->page - first / c->page + 1) * entries;
+        }
     }
     /* V inside K (MLA) reads no bytes of its own */
-    return rows * (double)c->Hkv *
-           ((double)c->Dk * (double)sc_dtype_size(c->dt[1]) +
-            (c->v_in_k ? 0.0 : (double)c->Dv * (double)sc_dtype_size(c->dt[2])));
+    const int nops = c->v_in_k ? 1 : 2;
+    const int64_t dims[2] = {c->Dk, c->Dv};
+    double per_row = 0.0, per_call = table * sizeof(int32_t);
+    for (int i = 0; i < nops; i++) {
+        per_row += (double)dims[i] * kv_elem_bytes(c->dt[1 + i]);
+        if (kv_quantized(c->dt[1 + i])) {
+            const double ses = (double)sc_dtype_size(c->qscale_dt);
+            per_row += row_scales(c, dims[i]) * ses;
+            per_call += c->qscale == SC_QS_HEAD ? (double)c->Hkv * ses
+                        : c->qscale == SC_QS_TENSOR ? ses
+                                                    : 0.0;
+        }
+    }
+    return rows * (double)c->Hkv * per_row + (rows > 0.0 ? per_call : 0.0);
 }
 
 /* Speculative decoding verifies up to ~16 tokens at once; beyond that it is prefill. */
 int sb_is_decode(const sc_case *c) { return c->Tq <= 16 && c->Tkv >= 64 * c->Tq; }
 
+int sb_is_kv_cache(const sc_case *c) {
+    return c->page > 0 || kv_quantized(c->dt[1]) || kv_quantized(c->dt[2]);
+}
+
 int sb_is_plain(const sc_case *c) {
     for (int i = 0; i < 4; i++)
         if (c->dt[i] != SDPA_F32)
             return 0;
-    return c->causal != SDPA_CAUSAL_TOP_LEFT && !c->window && c->softcap == 0.0f && !c->alibi &&
-           !c->sinks && c->mask == SDPA_MASK_NONE && c->lens == SC_LENS_NONE && !c->kv_lens &&
-           c->dropout == 0.0f && c->compute == SDPA_COMPUTE_F32;
+    return c->page == 0 && c->causal != SDPA_CAUSAL_TOP_LEFT && !c->window &&
+           c->softcap == 0.0f && !c->alibi && !c->sinks && c->mask == SDPA_MASK_NONE &&
+           c->lens == SC_LENS_NONE && !c->kv_lens && c->dropout == 0.0f &&
+           c->compute == SDPA_COMPUTE_F32;
 }
 
 const char *sb_case_str(const sc_case *c, char *buf, int n) {
-    static const char *const dtypes[] = {"fp32", "f16", "bf16"};
+    static const char *const dtypes[] = {"fp32", "f16", "bf16", "int8", "fp8-e4m3",
+                                         "fp8-e5m2", "int4"};
     int len = snprintf(buf, (size_t)n, "B=%lld Hq=%lld Hkv=%lld Tq=%lld Tkv=%lld Dk=%lld Dv=%lld",
                        (long long)c->B, (long long)c->Hq, (long long)c->Hkv, (long long)c->Tq,
                        (long long)c->Tkv, (long long)c->Dk, (long long)c->Dv);
@@ -203,11 +278,30 @@ const char *sb_case_str(const sc_case *c, char *buf, int n) {
     } while (0)
     if (c->causal)
         ADD(" causal%s", c->causal == SDPA_CAUSAL_TOP_LEFT ? " (top-left)" : "");
-    if (c->dt[0] != SDPA_F32 || c->dt[1] != SDPA_F32 || c->dt[2] != SDPA_F32 ||
-        c->dt[3] != SDPA_F32)
-        ADD(", %s", c->dt[0] == c->dt[1] && c->dt[0] == c->dt[2] && c->dt[0] == c->dt[3]
-                        ? dtypes[c->dt[0]]
-                        : "mixed dtypes");
+    const sdpa_dtype *dt = c->dt;
+    if (dt[0] == dt[1] && dt[0] == dt[2] && dt[0] == dt[3]) {
+        if (dt[0] != SDPA_F32)
+            ADD(", %s", dtypes[dt[0]]);
+    } else if (dt[0] == dt[3] && dt[1] == dt[2]) {
+        ADD(", Q/O %s, K/V %s", dtypes[dt[0]], dtypes[dt[1]]);
+    } else {
+        ADD(", Q %s, K %s, V %s, O %s", dtypes[dt[0]], dtypes[dt[1]], dtypes[dt[2]],
+            dtypes[dt[3]]);
+    }
+    if (kv_quantized(dt[1]) || kv_quantized(dt[2])) {
+        const char *sdt = dtypes[c->qscale_dt];
+        if (c->qscale == SC_QS_HEAD)
+            ADD(" (%s scales, one per head)", sdt);
+        else if (c->qscale == SC_QS_TENSOR)
+            ADD(" (one %s scale)", sdt);
+        else if (c->qgroup)
+            ADD(" (%s scales, one per token, head and %lld channels)", sdt,
+                (long long)c->qgroup);
+        else
+            ADD(" (%s scales, one per token and head)", sdt);
+    }
+    if (c->page > 0)
+        ADD(", %lld-token pages", (long long)c->page);
     if (c->compute == SDPA_COMPUTE_BF16)
         ADD(", bf16 compute");
     if (c->window)
@@ -290,6 +384,26 @@ int sb_piece_exact(const sc_tensors *t, const sb_piece *pc) {
     return piece_frame(&t->desc, pc, &causal, &len_kv);
 }
 
+/* Byte offset of element e of a K/V view of dtype t (e even for int4, whose strides are). */
+static size_t kv_offset(int64_t e, sdpa_dtype t) {
+    return t == SDPA_I4 ? (size_t)e / 2 : (size_t)e * (size_t)kv_elem_bytes(t);
+}
+
+/* A piece's K or V (view *in, scales *sin) at (b, hk): a contiguous cache's view and
+ * scales start at element (b, hk, 0); a paged pool keeps its pages (b reaches them
+ * through the table) and starts at head hk, and so do its scales. */
+static void piece_kv(const sc_tensors *t, const sdpa_tensor *in, const sdpa_scales *sin,
+                     int64_t b, int64_t hk, sdpa_tensor *out, sdpa_scales *sout) {
+    const int64_t bb = t->desc.pages.block_table ? 0 : b;
+    *out = *in;
+    out->data = (char *)in->data +
+                kv_offset(bb * in->stride_b + hk * in->stride_h, in->dtype);
+    *sout = *sin;
+    if (sin->data)
+        sout->data = (const char *)sin->data + (size_t)(bb * sin->stride_b + hk * sin->stride_h) *
+                                                   sc_dtype_size(sin->dtype);
+}
+
 sdpa_status sb_reference_piece(const sc_tensors *t, const sb_piece *pc, float *out,
                                sdpa_stats *stats) {
     int causal;
@@ -321,8 +435,11 @@ sdpa_status sb_reference_piece(const sc_tensors *t, const sb_piece *pc, float *o
                           (m->kind == SDPA_MASK_BOOL ? 1 : sc_dtype_size(m->dtype));
     }
     const sdpa_tensor tq = sc_view_at(&t->q, pc->b, pc->h, pc->i0);
-    const sdpa_tensor tk = sc_view_at(&t->k, pc->b, hk, 0);
-    const sdpa_tensor tv = sc_view_at(&t->v, pc->b, hk, 0);
+    sdpa_tensor tk, tv;
+    piece_kv(t, &t->k, &t->desc.k_scales, pc->b, hk, &tk, &d.k_scales);
+    piece_kv(t, &t->v, &t->desc.v_scales, pc->b, hk, &tv, &d.v_scales);
+    if (d.pages.block_table) /* the entry's row of the table is the piece's only row */
+        d.pages.block_table += pc->b * d.pages.stride;
     const sdpa_tensor to = sdpa_tensor_bhtd(out, SDPA_F32, 1, pc->rows, Dv);
     return sdpa_reference(&d, &tq, &tk, &tv, &to, NULL);
 }
@@ -468,8 +585,10 @@ sc_error sb_compare(const sb_expect *e, const sc_tensors *t) {
     sc_error err = {0};
     if (d->compute == SDPA_COMPUTE_BF16) { /* the mode's bound, from the largest |v| */
         double vmax = 0;
+        /* bufs[2] holds V's source rows: fp32 when V is quantized */
+        const sdpa_dtype src = kv_quantized(t->v.dtype) ? SDPA_F32 : t->v.dtype;
         for (size_t i = 0; i < t->elems[2]; i++)
-            vmax = fmax(vmax, fabs((double)sc_load(t->bufs[2], i, t->v.dtype)));
+            vmax = fmax(vmax, fabs((double)sc_load(t->bufs[2], i, src)));
         err.abs_tol = sc_bf16_abs_tol(vmax);
     }
     if (e->full) {

@@ -28,6 +28,7 @@ extern "C" {
 typedef struct sb_shape {
     const char *name;
     int best_isa_only; /* the default suite times it on the best ISA only */
+    int full_only;     /* only the full suite times it (the default stays in its budget) */
     sc_case c;
 } sb_shape;
 
@@ -48,17 +49,23 @@ double sb_visible_scores(const sc_case *c);
  * 4*B*Hq*Tq*Tkv*D. The softmax (exp, max, sums) is not counted. */
 double sb_flops(const sc_case *c);
 /* Bytes of K and V one call must read at least: per batch entry and K/V head, the rows
- * some query row sees, once, at their storage size. What bounds decode, where the flops
- * per byte are few. */
+ * some query row sees, once, at their storage size (4 bytes an element for fp32, 2 for
+ * f16 and bf16, 1 for int8 and fp8, 1/2 for int4), plus what a KV cache reads beside
+ * them: the scales of those rows (a per-head or per-tensor scale once per call) and the
+ * block-table entries of their pages. What bounds decode, where the flops per byte are
+ * few. */
 double sb_kv_bytes(const sc_case *c);
 /* 1 for decode-like shapes (a few query rows against a long cache), where K/V bytes per
  * second, not flops, is the figure that matters. */
 int sb_is_decode(const sc_case *c);
-/* 1 for a case with none of the features (fp32, causal none or bottom-right, any layout
- * and scale): what the BLAS baseline computes. */
+/* 1 for a KV cache as engines keep it: K or V paged or quantized (common/case.h). */
+int sb_is_kv_cache(const sc_case *c);
+/* 1 for a case with none of the features (fp32, contiguous K/V, causal none or
+ * bottom-right, any layout and scale): what the BLAS baseline computes. */
 int sb_is_plain(const sc_case *c);
 /* "B=.. Hq=.. Hkv=.. Tq=.. Tkv=.. Dk=.. Dv=.." and the features ("causal, f16, window
- * (511,0), ...") in buf. */
+ * (511,0), ...", a KV cache's storage: "Q/O fp32, K/V int8 (fp32 scales, one per token
+ * and head), 16-token pages") in buf. */
 const char *sb_case_str(const sc_case *c, char *buf, int n);
 
 /* One fused call on a built case, on a forced ISA (SDPA_ISA_AUTO: the process-wide

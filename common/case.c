@@ -72,9 +72,11 @@ static uint16_t f32_to_bf16(float f) {
     return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
-size_t sc_dtype_size(sdpa_dtype t) { return t == SDPA_F32 ? 4 : 2; }
-
 static int quantized(sdpa_dtype t) { return t >= SDPA_I8 && t <= SDPA_I4; }
+
+size_t sc_dtype_size(sdpa_dtype t) {
+    return t == SDPA_F32 ? 4 : t == SDPA_I4 ? 0 : quantized(t) ? 1 : 2;
+}
 
 void sc_store(void *buf, size_t i, sdpa_dtype t, float x) {
     if (t == SDPA_F16)
@@ -211,7 +213,9 @@ float sc_get(const sdpa_tensor *t, int64_t b, int64_t h, int64_t i, int64_t d) {
 sdpa_tensor sc_view_at(const sdpa_tensor *t, int64_t b, int64_t h, int64_t i) {
     sdpa_tensor v = *t;
     const int64_t e = b * t->stride_b + h * t->stride_h + i * t->stride_t;
-    v.data = (char *)t->data + (size_t)e * sc_dtype_size(t->dtype);
+    /* int4: two elements per byte, e even wherever a view's strides are (validate.c) */
+    v.data = (char *)t->data +
+             (t->dtype == SDPA_I4 ? (size_t)e / 2 : (size_t)e * sc_dtype_size(t->dtype));
     return v;
 }
 
@@ -411,12 +415,13 @@ static int make_cache(sc_tensors *t, const sc_case *c, int i, int64_t Tkv, sdpa_
         if (!computed) /* largest |x| of the head (or the tensor) over Q, nonzero */
             for (int64_t h = 0; h < (int64_t)n; h++) {
                 float amax = 0.0f;
+                const int64_t h0 = c->qscale == SC_QS_TENSOR ? 0 : h;
+                const int64_t h1 = c->qscale == SC_QS_TENSOR ? H : h + 1;
                 for (int64_t b = 0; b < VB; b++)
-                    for (int64_t hh = 0; hh < H; hh++)
+                    for (int64_t hh = h0; hh < h1; hh++)
                         for (int64_t r = 0; r < Tkv; r++)
                             for (int64_t d = 0; d < D; d++)
-                                if (c->qscale == SC_QS_TENSOR || hh == h)
-                                    amax = fmaxf(amax, fabsf(sc_get(v, b, hh, r, d)));
+                                amax = fmaxf(amax, fabsf(sc_get(v, b, hh, r, d)));
                 sc_store(t->scales[i - 1], (size_t)h, c->qscale_dt,
                          (amax > 0.0f ? amax : 1.0f) / code_max(cdt));
             }

@@ -33,7 +33,8 @@ float sc_rand_float(uint64_t *state);
 
 /* ---- elements ---------------------------------------------------------------------- */
 
-/* Bytes of one element of a dtype (4 for fp32, 2 for f16 and bf16). */
+/* Bytes of one element of a dtype (4 for fp32, 2 for f16 and bf16, 1 for the 8-bit
+ * codes; 0 for int4, half a byte: sc_view_at handles it). */
 size_t sc_dtype_size(sdpa_dtype t);
 /* Element i of a buffer of dtype t: stored from fp32 rounding to nearest even (overflow
  * gives inf, NaN stays NaN), or widened to fp32 exactly. */

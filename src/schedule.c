@@ -112,8 +112,8 @@ sdpa_status schedule_work(const plan *pl, double fixed, double *unit, double *fi
      * bytes over those of one block's K and V rows. A merge reads its item's nchunks
      * fp32 partials of each real row and writes the row; the orphan rows' unit writes
      * zeros into the rows no sequence owns. */
-    const double block_bytes = (double)pl->bc * ((double)p->Dk * (double)sdpa_dtype_size(p->kt) +
-                                                 (double)p->Dv * (double)sdpa_dtype_size(p->vt));
+    const double block_bytes = (double)pl->bc * ((double)p->Dk * sdpa_kv_bits(p->kt) +
+                                                 (double)p->Dv * sdpa_kv_bits(p->vt)) / 8.0;
     const double row_bytes = (double)p->Dv * (double)sdpa_dtype_size(p->ot);
     for (int64_t f = 0; f < pl->finish_units; f++) {
         double bytes;

@@ -31,6 +31,15 @@ CONTENDED_PEAK_RATIO = 0.8
 SCALING_SHAPES = ("prefill-causal", "long-causal", "decode-gqa", "decode-long",
                   "decode-long-f16")
 
+# KV caches (include/sdpa.h, "KV caches"): each row against the same shape stored
+# contiguously, at the storage its name says (bench/shim.c has the formats).
+KV_CACHE_PAIRS = (("decode-long-paged16", "decode-long"),
+                  ("decode-long-f16-paged16", "decode-long-f16"),
+                  ("decode-long-int8", "decode-long"),
+                  ("decode-long-int4", "decode-long"),
+                  ("decode-long-fp8", "decode-long"),
+                  ("chunked-prefill-int8-paged16", "chunked-prefill"))
+
 
 def fmt_ms(ms):
     return f"{ms:.0f}" if ms >= 100 else f"{ms:.1f}" if ms >= 10 else \
@@ -43,7 +52,8 @@ def opt(x, spec):
 
 def table(rows):
     ref = {r["shape"]: r for r in rows if r["variant"] == "reference"}
-    print(f"{'shape':15} {'variant':9} {'thr':>5} {'time ms':>10} {'ref ms':>10} "
+    w = max([15] + [len(r["shape"]) for r in rows])
+    print(f"{'shape':{w}} {'variant':9} {'thr':>5} {'time ms':>10} {'ref ms':>10} "
           f"{'speedup':>8} {'GFLOP/s':>8} {'%peak':>6} {'KV GB/s':>8} {'%DRAM':>6}  check max|err|")
     prev = None
     for r in rows:
@@ -61,7 +71,7 @@ def table(rows):
             check = f"{opt(r['check_max_abs'], '.1e')} {scope}"
         ref_ms = fmt_ms(rr["ms"]) if rr else "-"
         speedup = f"{rr['ms'] / r['ms']:.1f}x" if rr else "-"
-        print(f"{r['shape']:15} {r['variant']:9} {thr:>5} {fmt_ms(r['ms']):>10} {ref_ms:>10} "
+        print(f"{r['shape']:{w}} {r['variant']:9} {thr:>5} {fmt_ms(r['ms']):>10} {ref_ms:>10} "
               f"{speedup:>8} {opt(r['gflops'], '.1f'):>8} {opt(r['pct_peak'], '.1f'):>6} "
               f"{opt(r['kv_gbps'], '.1f'):>8} {opt(r['pct_dram'], '.0f'):>6}  {check}")
     print()
@@ -71,11 +81,13 @@ def targets(ctx, rows):
     isas = ctx.get("sdpa_isas", "").split()
     if not isas:
         return
-    best, n = isas[0], int(ctx.get("sdpa_threads_all", "1"))
+    n = int(ctx.get("sdpa_threads_all", "1"))
     by = {(r["shape"], r["variant"], r["threads"]): r for r in rows}
 
     def get(shape, t):
-        return by.get((shape, best, t))
+        """The shape's row on the best ISA that times it: fp32 shapes run on the tables
+        with fp32 tiles of their own, bf16 ones on those with bf16 tiles (bench.cc)."""
+        return next((by[k] for k in ((shape, isa, t) for isa in isas) if k in by), None)
 
     def thr(t):
         return f"{t} thread{'s' if t > 1 else ''}"
@@ -125,6 +137,16 @@ def targets(ctx, rows):
         if lc:
             line += f", {w['ms'] / lc['ms']:.2f}x long-causal ({lc['ms']:.1f} ms)"
         lines.append(line)
+    for shape, base in KV_CACHE_PAIRS:
+        for t in counts:
+            r, b = get(shape, t), get(base, t)
+            if not r or not b:
+                continue
+            line = (f"{shape} / {base} speed, {thr(t)}: {b['ms'] / r['ms']:.2f}x "
+                    f"({r['ms']:.2f} vs {b['ms']:.2f} ms)")
+            if r["pct_dram"] is not None:
+                line += f", K/V read at {r['pct_dram']:.0f}% of DRAM"
+            lines.append(line)
     for t in counts:
         r = get("linear", t)
         if not r or r["pct_peak"] is None:
@@ -136,7 +158,7 @@ def targets(ctx, rows):
                      f"{verdict(r['pct_peak'] >= TARGET_LINEAR_PEAK)}")
         lines.append(line)
     if lines:
-        print(f"targets and comparisons, {best} rows (medians above):")
+        print("targets and comparisons, the best ISA's rows (medians above):")
         for line in lines:
             print("  " + line)
         print()

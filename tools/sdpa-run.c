@@ -1,10 +1,11 @@
 /*
  * sdpa-run - one attention configuration from command-line flags, every descriptor
- * feature included (16-bit storage, windows, softcap, ALiBi, sinks, key lengths, masks,
- * top-left causal): the ISA used, the median time, GFLOP/s and K/V GB/s; with --check
- * the largest errors against the reference; with --mem the memory one fused call and
- * one reference call add. This is how a user tries one configuration on their own
- * machine and how scripts measure (--json: one object on one line).
+ * feature included (16-bit storage, paged and quantized KV caches, windows, softcap,
+ * ALiBi, sinks, key lengths, masks, top-left causal): the ISA used, the median time,
+ * GFLOP/s and K/V GB/s; with --check the largest errors against the reference; with --mem
+ * the memory one fused call and one reference call add, and the KV cache's as stored.
+ * This is how a user tries one configuration on their own machine and how scripts
+ * measure (--json: one object on one line).
  *
  * It is plain C with no Google Benchmark dependency, so it builds wherever libsdpa does
  * (an aarch64 cross-build included). It is not the benchmark suite (`make bench` is:
@@ -34,6 +35,11 @@ typedef struct opts {
     const char *shape;  /* --shape, or NULL */
     int causal, top_left, alibi, sinks, check, mem, json, help;
     int dtype;          /* an sdpa_dtype, or -1 when not given */
+    int kv_dtype;       /* K and V's sdpa_dtype, or -1 when not given */
+    int64_t page_size;  /* tokens per page, 0 = contiguous; -1 when not given */
+    int kv_scale;       /* an SC_QS_* granularity, or -1 when not given */
+    int64_t kv_group;   /* channels per scale, 0 = the row; -1 when not given */
+    int kv_scale_dtype; /* the scales' sdpa_dtype, or -1 when not given */
     int compute;        /* an sdpa_compute value */
     int mask;           /* an sdpa_mask_kind; SDPA_MASK_NONE when not given */
     int64_t window[2];  /* L, R; -1 when not given */
@@ -60,8 +66,23 @@ typedef struct choice {
 } choice;
 
 static const choice dtypes[] = {{"f32", SDPA_F32}, {"f16", SDPA_F16}, {"bf16", SDPA_BF16}, {0, 0}};
+static const choice kv_dtypes[] = {{"f32", SDPA_F32},          {"f16", SDPA_F16},
+                                   {"bf16", SDPA_BF16},        {"int8", SDPA_I8},
+                                   {"fp8-e4m3", SDPA_FP8_E4M3}, {"fp8-e5m2", SDPA_FP8_E5M2},
+                                   {"int4", SDPA_I4},          {0, 0}};
+static const choice kv_scales[] = {{"row", SC_QS_ROW}, {"head", SC_QS_HEAD},
+                                   {"tensor", SC_QS_TENSOR}, {0, 0}};
+static const choice scale_dtypes[] = {{"f32", SDPA_F32}, {"f16", SDPA_F16}, {0, 0}};
 static const choice computes[] = {{"f32", SDPA_COMPUTE_F32}, {"bf16", SDPA_COMPUTE_BF16}, {0, 0}};
 static const choice masks[] = {{"bool", SDPA_MASK_BOOL}, {"float", SDPA_MASK_ADDITIVE}, {0, 0}};
+
+/* The name a value has in a list of choices (the flag's spelling, which --json repeats). */
+static const char *value_of(const choice *list, int value) {
+    for (int k = 0; list[k].name; k++)
+        if (list[k].value == value)
+            return list[k].name;
+    return "?";
+}
 
 typedef struct option_spec {
     const char *name;
@@ -91,7 +112,25 @@ static const option_spec options[] = {
      "causal, top-left aligned (row i sees keys j <= i, PyTorch's\n"
      "is_causal); implies --causal"},
     {"dtype", ARG_CHOICE, "T", offsetof(opts, dtype), 0, 0, dtypes,
-     "storage of Q, K, V and O alike (default f32)"},
+     "storage of Q, K, V and O alike (default f32; --kv-dtype sets\n"
+     "K and V apart)"},
+    {"kv-dtype", ARG_CHOICE, "T", offsetof(opts, kv_dtype), 0, 0, kv_dtypes,
+     "storage of K and V, over --dtype's (default: --dtype's);\n"
+     "int8, fp8 and int4 are codes with scales (--kv-scale),\n"
+     "written by sdpa_kv_write from fp32 data"},
+    {"page-size", ARG_INT, "N", offsetof(opts, page_size), 0, 1 << 20, NULL,
+     "K and V in a pool of N-token pages, in shuffled order, read\n"
+     "through a block table (sdpa_pages); 0 = contiguous (default)"},
+    {"kv-scale", ARG_CHOICE, "KIND", offsetof(opts, kv_scale), 0, 0, kv_scales,
+     "scales of a quantized K/V: row, one per token and head (or\n"
+     "per --kv-group channels) computed by sdpa_kv_write (default);\n"
+     "head or tensor, one per head or one in all, calibrated from\n"
+     "the data's largest |x|"},
+    {"kv-group", ARG_INT, "G", offsetof(opts, kv_group), 0, SDPA_MAX_HEAD_DIM, NULL,
+     "channels per scale under --kv-scale row, dividing Dk and Dv\n"
+     "(even for int4); 0 = the whole row (default)"},
+    {"kv-scale-dtype", ARG_CHOICE, "T", offsetof(opts, kv_scale_dtype), 0, 0, scale_dtypes,
+     "the scales' storage (default f32)"},
     {"compute", ARG_CHOICE, "P", offsetof(opts, compute), 0, 0, computes,
      "precision of the products (default f32): bf16 rounds Q, K,\n"
      "V and P to bf16 and accumulates in fp32 (include/sdpa.h)"},
@@ -128,7 +167,8 @@ static const option_spec options[] = {
     {"mem", ARG_FLAG, NULL, offsetof(opts, mem), 0, 0, NULL,
      "memory of one fused call and of one reference call: heap\n"
      "bytes (exact, sdpa_stats.scratch_bytes) and resident KiB\n"
-     "(coarse), each in a child process (Linux)"},
+     "(coarse), each in a child process (Linux); and the K/V\n"
+     "cache as stored (codes, scales, block table)"},
     {"json", ARG_FLAG, NULL, offsetof(opts, json), 0, 0, NULL,
      "one JSON object on one line instead of text"},
     {"help", ARG_FLAG, NULL, offsetof(opts, help), 0, 0, NULL, "this text"},
@@ -136,7 +176,7 @@ static const option_spec options[] = {
 #undef DIM
 enum { NOPTIONS = (int)(sizeof options / sizeof options[0]) };
 
-#define HELP_INDENT "\n                   " /* continuation lines of an option's help */
+#define HELP_INDENT "\n                     " /* continuation lines of an option's help */
 
 /* The k-th name a value of o may take (ARG_CHOICE, ARG_ISA, ARG_SHAPE), or NULL past
  * the last. */
@@ -163,7 +203,7 @@ static void usage(FILE *f) {
         char head[40];
         snprintf(head, sizeof head, "--%s%s%s", o->name, o->value ? " " : "",
                  o->value ? o->value : "");
-        fprintf(f, "  %-16s ", head);
+        fprintf(f, "  %-18s ", head);
         for (const char *h = o->help; *h; h++)
             fprintf(f, *h == '\n' ? HELP_INDENT : "%c", *h);
         int col = 0; /* the names a value may take, wrapped at 60 columns of help */
@@ -291,8 +331,9 @@ static int set_option(opts *op, const option_spec *o, const char *arg) {
 /* Parses argv into *op, up to --help; 0, or the exit status (2: a bad flag, after the
  * usage). */
 static int parse(int argc, char **argv, opts *op) {
-    *op = (opts){.dim = {-1, -1, -1, -1, -1, -1, -1}, .dtype = -1, .window = {-1, -1},
-                 .repeat = 5};
+    *op = (opts){.dim = {-1, -1, -1, -1, -1, -1, -1}, .dtype = -1, .kv_dtype = -1,
+                 .page_size = -1, .kv_scale = -1, .kv_group = -1, .kv_scale_dtype = -1,
+                 .window = {-1, -1}, .repeat = 5};
     struct option longopts[NOPTIONS + 1];
     for (int i = 0; i < NOPTIONS; i++)
         longopts[i] = (struct option){options[i].name,
@@ -358,7 +399,7 @@ static int reset_hwm(void) {
 enum { MEM_FUSED, MEM_REFERENCE };
 
 typedef struct mem_job {
-    const sc_tensors *t;
+    const sc_case *c;  /* the case, built in the child */
     int what;          /* MEM_FUSED or MEM_REFERENCE */
     sdpa_isa isa;
     int threads;
@@ -393,7 +434,9 @@ typedef struct mem_use {
 
 /* Runs the job in a forked child and returns what it measured. The parent must not
  * have used OpenMP yet: a forked child inherits no threads, and libgomp's pool does not
- * survive fork. */
+ * survive fork. So the child builds the case itself (a KV cache is filled by
+ * sdpa_kv_write, on an OpenMP team), before the warm-up: its tensors, the output's
+ * sentinels written, are resident before the measurement, as the parent's are. */
 static mem_use mem_in_child(const mem_job *job) {
     mem_use m = {-1, 0, -1, 0};
     int fd[2];
@@ -408,29 +451,27 @@ static mem_use mem_in_child(const mem_job *job) {
     }
     if (pid == 0) {
         close(fd[0]);
-        const sc_tensors *t = job->t;
-        /* Write the output once: after fork its pages are shared with the parent, and the
-         * call's first writes would copy them, which is not the call's memory. A piece's
-         * fp32 output gets its own buffer, allocated and written before the measurement
-         * for the same reason. */
-        memset(t->bufs[3], 0, t->elems[3] * sc_dtype_size(t->o.dtype));
+        sc_tensors t;
+        const int made = sc_tensors_make(&t, job->c) == 0;
+        /* A piece's fp32 output gets its own buffer, allocated and written before the
+         * measurement: sdpa-run's memory, not the call's (reported beside it). */
         float *piece_out = NULL;
         size_t piece_bytes = 0;
-        if (job->piece) {
-            piece_bytes = (size_t)(job->piece->rows * t->desc.dim_v) * sizeof(float);
+        if (made && job->piece) {
+            piece_bytes = (size_t)(job->piece->rows * t.desc.dim_v) * sizeof(float);
             if ((piece_out = malloc(piece_bytes)) != NULL)
                 memset(piece_out, 0, piece_bytes);
         }
-        if ((!job->piece || piece_out) && warm_up(job) == 0 && reset_hwm() == 0) {
+        if (made && (!job->piece || piece_out) && warm_up(job) == 0 && reset_hwm() == 0) {
             const long rss0 = status_kib("VmRSS:");
             sdpa_stats stats = {0};
             sdpa_status st;
             if (job->what == MEM_FUSED)
-                st = sb_run_fused(t, job->isa, job->threads, &stats);
+                st = sb_run_fused(&t, job->isa, job->threads, &stats);
             else if (job->piece)
-                st = sb_reference_piece(t, job->piece, piece_out, &stats);
+                st = sb_reference_piece(&t, job->piece, piece_out, &stats);
             else
-                st = sb_run_reference(t, &stats);
+                st = sb_run_reference(&t, &stats);
             const long hwm = status_kib("VmHWM:");
             m.heap_bytes = stats.scratch_bytes;
             m.caller_bytes = (long long)piece_bytes;
@@ -456,10 +497,42 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+static int quantized(sdpa_dtype t) { return t >= SDPA_I8 && t <= SDPA_I4; }
+
+/* The KV-cache flags against the case they built (a suite shape's storage included): the
+ * combinations the library would refuse, refused here with the flag to blame (a failed
+ * sc_tensors_make says no more than "out of memory"). 0, or the exit status. */
+static int check_kv(const opts *op, sc_case *c) {
+    const int q = quantized(c->dt[1]) || quantized(c->dt[2]);
+    if (!q && (op->kv_scale >= 0 || op->kv_group >= 0 || op->kv_scale_dtype >= 0))
+        return bad_usage("--kv-scale, --kv-group and --kv-scale-dtype need a quantized K/V "
+                         "(--kv-dtype int8, fp8-e4m3, fp8-e5m2 or int4)");
+    if (!q)
+        return 0;
+    if (c->v_in_k) /* V would read K's codes with scales of its own */
+        return bad_usage("--kv-dtype %s: this shape's V is a view of K's memory, which "
+                         "sdpa-run keeps unquantized", value_of(kv_dtypes, c->dt[1]));
+    if (c->qscale != SC_QS_ROW) {
+        if (op->kv_group > 0)
+            return bad_usage("--kv-group needs --kv-scale row (one scale per head or per "
+                             "tensor covers every channel)");
+        c->qgroup = 0;
+    }
+    if (c->qgroup > 0 && (c->Dk % c->qgroup != 0 || c->Dv % c->qgroup != 0))
+        return bad_usage("--kv-group %lld must divide --dim (%lld) and --dim-v (%lld)",
+                         (long long)c->qgroup, (long long)c->Dk, (long long)c->Dv);
+    if ((c->dt[1] == SDPA_I4 || c->dt[2] == SDPA_I4) &&
+        (c->Dk % 2 != 0 || c->Dv % 2 != 0 || c->qgroup % 2 != 0))
+        return bad_usage("--kv-dtype int4 packs two codes a byte and starts rows and groups "
+                         "on bytes: --dim, --dim-v and --kv-group must be even");
+    return 0;
+}
+
 /* The case the options describe: --shape's, or the defaults, with every given flag
  * applied over it; *name is the shape's name, or "custom" once a flag changed it.
  * kv_lens gets the array the case points at (free it). 0, or the exit status. */
 static int make_case(const opts *op, sc_case *c, const char **name, int64_t **kv_lens) {
+    int status;
     const sb_shape *preset = op->shape ? sb_find_shape(op->shape) : NULL;
     *c = preset ? preset->c
                 : (sc_case){.B = 1, .Hq = 8, .Tq = 512, .Dk = 64, .guard = SC_GUARD_NONE,
@@ -488,6 +561,23 @@ static int make_case(const opts *op, sc_case *c, const char **name, int64_t **kv
     if (op->dtype >= 0) {
         for (int i = 0; i < 4; i++)
             c->dt[i] = (sdpa_dtype)op->dtype;
+        changed = 1;
+    }
+    if (op->kv_dtype >= 0) {
+        c->dt[1] = c->dt[2] = (sdpa_dtype)op->kv_dtype;
+        changed = 1;
+    }
+    if (op->page_size >= 0) {
+        c->page = op->page_size;
+        changed = 1;
+    }
+    if (op->kv_scale >= 0 || op->kv_group >= 0 || op->kv_scale_dtype >= 0) {
+        if (op->kv_scale >= 0)
+            c->qscale = op->kv_scale;
+        if (op->kv_group >= 0)
+            c->qgroup = op->kv_group;
+        if (op->kv_scale_dtype >= 0)
+            c->qscale_dt = (sdpa_dtype)op->kv_scale_dtype;
         changed = 1;
     }
     if (op->compute != SDPA_COMPUTE_F32) {
@@ -519,6 +609,8 @@ static int make_case(const opts *op, sc_case *c, const char **name, int64_t **kv
     if (c->Hq % c->Hkv != 0)
         return bad_usage("--kv-heads (%lld) must divide --heads (%lld)", (long long)c->Hkv,
                          (long long)c->Hq);
+    if ((status = check_kv(op, c)) != 0)
+        return status;
     if (op->kv_lens) {
         /* at most one value per character pair ("1,2,3"), and never more than B */
         const int most = (int)(strlen(op->kv_lens) / 2 + 1);
@@ -541,7 +633,58 @@ static int make_case(const opts *op, sc_case *c, const char **name, int64_t **kv
     return 0;
 }
 
-static const char *const dtype_names[] = {"f32", "f16", "bf16"};
+/* ---- the KV cache's memory (--mem, --json) ------------------------------------------ */
+
+typedef struct kv_memory {
+    double codes;  /* K and V as stored: a paged pool or a contiguous cache */
+    double scales; /* their scale arrays */
+    double table;  /* the block table */
+    double fp32;   /* K and V as contiguous fp32 [B, Hkv, Tkv, D], for comparison */
+} kv_memory;
+
+/* Bytes of one operand's scales (0 when it has none): the extent of the view over the
+ * pool's pages (or the batch entries), the heads, the slots (or tokens) and the groups. */
+static double scale_bytes(const sc_tensors *t, const sdpa_scales *sc, int64_t dim) {
+    if (!sc->data)
+        return 0.0;
+    const sdpa_desc *d = &t->desc;
+    const int paged = d->pages.block_table != NULL;
+    const int64_t nb = paged ? d->pages.num_pages : t->VB;
+    const int64_t nt = paged ? d->pages.page_size : d->len_kv;
+    const int64_t ng = sc->group ? dim / sc->group : 1;
+    const int64_t last = (nb - 1) * sc->stride_b + (d->heads_kv - 1) * sc->stride_h +
+                         (nt - 1) * sc->stride_t + ng - 1;
+    return (double)(last + 1) * (double)sc_dtype_size(sc->dtype);
+}
+
+/* bytes as "512.0 MiB", "16.0 KiB" or "64 B" in buf. */
+static const char *size_str(double bytes, char *buf, size_t n) {
+    if (bytes >= 1 << 20)
+        snprintf(buf, n, "%.1f MiB", bytes / (1 << 20));
+    else if (bytes >= 1 << 10)
+        snprintf(buf, n, "%.1f KiB", bytes / (1 << 10));
+    else
+        snprintf(buf, n, "%.0f B", bytes);
+    return buf;
+}
+
+static kv_memory kv_memory_of(const sc_tensors *t, const sc_case *c) {
+    const sdpa_desc *d = &t->desc;
+    kv_memory m = {0};
+    for (int i = 0; i < 2; i++) {
+        if (i == 1 && c->v_in_k) /* V is K's memory */
+            break;
+        m.codes += c->page > 0 || quantized(c->dt[1 + i])
+                       ? (double)t->cache_bytes[i]
+                       : (double)t->elems[1 + i] * (double)sc_dtype_size(c->dt[1 + i]);
+    }
+    m.scales = scale_bytes(t, &d->k_scales, d->dim_qk) + scale_bytes(t, &d->v_scales, d->dim_v);
+    if (d->pages.block_table)
+        m.table = (double)t->VB * (double)d->pages.stride * sizeof(int32_t);
+    m.fp32 = (double)t->VB * (double)d->heads_kv * (double)d->len_kv *
+             (double)(d->dim_qk + (c->v_in_k ? 0 : d->dim_v)) * sizeof(float);
+    return m;
+}
 
 int main(int argc, char **argv) {
     opts op;
@@ -569,35 +712,36 @@ int main(int argc, char **argv) {
         return 1;
     }
 
-    sc_tensors p;
-    if (sc_tensors_make(&p, &s) != 0) {
-        fprintf(stderr, "sdpa-run: out of memory for the tensors\n");
-        free(kv_lens);
-        return 1;
-    }
-
-    /* --mem first: the children must fork from a process that has not started OpenMP.
-     * The reference, when the whole problem is too large for it, runs on one exact piece
-     * of (b,h) = (0,0): the last rows (bottom-right alignment keeps them exact), or under
-     * top-left the first. */
+    /* --mem first: the children must fork from a process that has not started OpenMP
+     * (mem_in_child), so before this one builds its tensors. The reference, when the
+     * whole problem is too large for it, runs on one exact piece of (b,h) = (0,0): the
+     * last rows (bottom-right alignment keeps them exact), or under top-left the first. */
     mem_use mem_fused = {-1, 0, -1, 0}, mem_ref = {-1, 0, -1, 0};
     const int64_t piece_rows = s.Tq < SB_SLICE_ROWS ? s.Tq : SB_SLICE_ROWS;
     const sb_piece ref_piece = {0, 0, s.causal == SDPA_CAUSAL_TOP_LEFT ? 0 : s.Tq - piece_rows,
                                 piece_rows};
     const int ref_whole = sb_flops(&s) <= SB_FULL_CHECK_FLOPS;
     if (op.mem) {
-        const mem_job jf = {&p, MEM_FUSED, isa, threads, NULL};
-        const mem_job jr = {&p, MEM_REFERENCE, isa, 1, ref_whole ? NULL : &ref_piece};
+        const mem_job jf = {&s, MEM_FUSED, isa, threads, NULL};
+        const mem_job jr = {&s, MEM_REFERENCE, isa, 1, ref_whole ? NULL : &ref_piece};
         mem_fused = mem_in_child(&jf);
         mem_ref = mem_in_child(&jr);
         if (!mem_fused.ok || !mem_ref.ok) {
             fprintf(stderr, "sdpa-run: --mem could not measure (it needs Linux /proc/self/"
-                            "clear_refs and status, and a call that succeeds)\n");
-            sc_tensors_free(&p);
+                            "clear_refs and status, memory for the tensors, and a call that "
+                            "succeeds)\n");
             free(kv_lens);
             return 1;
         }
     }
+
+    sc_tensors p;
+    if (sc_tensors_make(&p, &s) != 0) {
+        fprintf(stderr, "sdpa-run: out of memory for the tensors\n");
+        free(kv_lens);
+        return 1;
+    }
+    const kv_memory kvm = kv_memory_of(&p, &s);
 
     sdpa_stats stats;
     sdpa_status st = sb_run_fused(&p, isa, threads, &stats); /* warm-up */
@@ -649,7 +793,15 @@ int main(int argc, char **argv) {
                isa_name, stats.threads, threads, name, (long long)s.B, (long long)s.Hq,
                (long long)s.Hkv, (long long)s.Tq, (long long)s.Tkv, (long long)s.Dk,
                (long long)s.Dv, s.causal ? "true" : "false",
-               s.causal == SDPA_CAUSAL_TOP_LEFT ? "true" : "false", dtype_names[s.dt[3]]);
+               s.causal == SDPA_CAUSAL_TOP_LEFT ? "true" : "false", value_of(dtypes, s.dt[3]));
+        printf(",\"k_dtype\":\"%s\",\"v_dtype\":\"%s\",\"page_size\":%lld",
+               value_of(kv_dtypes, s.dt[1]), value_of(kv_dtypes, s.dt[2]), (long long)s.page);
+        if (quantized(s.dt[1]) || quantized(s.dt[2]))
+            printf(",\"kv_scale\":\"%s\",\"kv_group\":%lld,\"kv_scale_dtype\":\"%s\"",
+                   value_of(kv_scales, s.qscale), (long long)s.qgroup,
+                   value_of(scale_dtypes, s.qscale_dt));
+        printf(",\"kv_code_bytes\":%.0f,\"kv_scale_bytes\":%.0f,\"kv_table_bytes\":%.0f",
+               kvm.codes, kvm.scales, kvm.table);
         printf(",\"compute\":\"%s\"", s.compute == SDPA_COMPUTE_BF16 ? "bf16" : "f32");
         if (s.window)
             printf(",\"window_left\":%lld,\"window_right\":%lld", (long long)s.wl,
@@ -717,6 +869,20 @@ int main(int argc, char **argv) {
                    mem_fused.heap_bytes, mem_fused.rss_kib, stats.threads,
                    stats.threads == 1 ? "" : "s", mem_ref.heap_bytes, mem_ref.rss_kib, ref_on,
                    score_mib);
+            char b0[32], b1[32], b2[32];
+            printf("  K/V cache  K %s, V %s, %s: %s", value_of(kv_dtypes, s.dt[1]),
+                   s.v_in_k ? "a view of K" : value_of(kv_dtypes, s.dt[2]),
+                   s.page > 0 ? "paged" : "contiguous", size_str(kvm.codes, b0, sizeof b0));
+            if (kvm.scales > 0)
+                printf(" + %s of %s scales", size_str(kvm.scales, b1, sizeof b1),
+                       value_of(scale_dtypes, s.qscale_dt));
+            if (s.page > 0)
+                printf(" + a %s block table\n             (a pool of %lld %lld-token pages)",
+                       size_str(kvm.table, b2, sizeof b2), (long long)p.desc.pages.num_pages,
+                       (long long)s.page);
+            if (s.page > 0 || s.dt[1] != SDPA_F32 || s.dt[2] != SDPA_F32)
+                printf("; as contiguous fp32, %s", size_str(kvm.fp32, b0, sizeof b0));
+            printf("\n");
         }
     }
     free(t);

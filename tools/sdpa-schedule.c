@@ -41,7 +41,14 @@ static int usage(void) {
 /* One shape's row of the table; 0, or -1 (said on stderr) when it cannot plan. */
 static int shape_row(const sb_shape *s, const sdpa_kernels *kt, const int *counts, int ncounts,
                      double fixed) {
-    const sdpa_desc d = sc_desc(&s->c);
+    sdpa_desc d = sc_desc(&s->c);
+    /* a quantized K/V needs scales to validate; the plan never reads them (nor pages:
+     * a paged cache is planned as its contiguous shape) */
+    static const float one = 1.0f;
+    if (s->c.dt[1] >= SDPA_I8)
+        d.k_scales = (sdpa_scales){.data = &one, .dtype = SDPA_F32};
+    if (s->c.dt[2] >= SDPA_I8)
+        d.v_scales = (sdpa_scales){.data = &one, .dtype = SDPA_F32};
     plan pl;
     const sdpa_status st = schedule_plan(&d, s->c.dt, kt, &pl);
     if (st != SDPA_OK) {

@@ -123,7 +123,11 @@ def dtype_from(spec: Any) -> DType:
     """A DType from a DType, a name ("float32", "f16", "bf16", ...) or a numpy/torch
     dtype."""
     if isinstance(spec, DType):
-        return spec
+        if spec in (DType.F32, DType.F16, DType.BF16):
+            return spec
+        raise BadDtypeError(Status.ERR_BAD_DTYPE,
+                            f"{spec!r} stores a K/V cache, not an output (float32, float16, "
+                            "bfloat16)")
     if isinstance(spec, str):
         names = {"float32": DType.F32, "f32": DType.F32, "fp32": DType.F32,
                  "float16": DType.F16, "f16": DType.F16, "fp16": DType.F16, "half": DType.F16,

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 c_int64_p = ctypes.POINTER(ctypes.c_int64)
+c_int32_p = ctypes.POINTER(ctypes.c_int32)
 c_float_p = ctypes.POINTER(ctypes.c_float)
 
 
@@ -37,11 +38,17 @@ class Status(enum.IntEnum):
 
 
 class DType(enum.IntEnum):
-    """``sdpa_dtype``: the storage type of one operand."""
+    """``sdpa_dtype``: the storage type of one operand. The quantized ones (I8, FP8_*,
+    I4) store K and V only, with scales (``Scales``); the array wrappers take F32, F16
+    and BF16."""
 
     F32 = 0
     F16 = 1
     BF16 = 2
+    I8 = 3
+    FP8_E4M3 = 4
+    FP8_E5M2 = 5
+    I4 = 6
 
 
 class Causal(enum.IntEnum):
@@ -106,6 +113,33 @@ class Mask(ctypes.Structure):
     ]
 
 
+class Scales(ctypes.Structure):
+    """``sdpa_scales``: the scales of a quantized K or V as a strided view; the scale of
+    element (b, h, t, d) is ``data[b*stride_b + h*stride_h + t*stride_t + d // group]``
+    (group 0: the whole row)."""
+
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("dtype", ctypes.c_int),
+        ("group", ctypes.c_int64),
+        ("stride_b", ctypes.c_int64),
+        ("stride_h", ctypes.c_int64),
+        ("stride_t", ctypes.c_int64),
+    ]
+
+
+class Pages(ctypes.Structure):
+    """``sdpa_pages``: K and V in a pool of pages; key j of entry b is slot
+    ``j % page_size`` of page ``block_table[b*stride + j // page_size]``."""
+
+    _fields_ = [
+        ("block_table", c_int32_p),
+        ("stride", ctypes.c_int64),
+        ("page_size", ctypes.c_int64),
+        ("num_pages", ctypes.c_int64),
+    ]
+
+
 class Stats(ctypes.Structure):
     """``sdpa_stats``: the work counters of one fused call. Pass an instance as
     ``attention(..., stats=s)`` and read its fields afterwards."""
@@ -158,6 +192,27 @@ class Desc(ctypes.Structure):
         ("dropout_p", ctypes.c_float),
         ("dropout_seed", ctypes.c_uint64),
         ("compute", ctypes.c_int),
+        ("k_scales", Scales),
+        ("v_scales", Scales),
+        ("pages", Pages),
+    ]
+
+
+class KvWriteDesc(ctypes.Structure):
+    """``sdpa_kv_write_desc``: new rows [batch, heads, len, dim] into a K or V cache at
+    positions ``pos[b]`` (through ``pages`` when paged), quantized with ``scales``."""
+
+    _fields_ = [
+        ("batch", ctypes.c_int64),
+        ("heads", ctypes.c_int64),
+        ("len", ctypes.c_int64),
+        ("dim", ctypes.c_int64),
+        ("len_kv", ctypes.c_int64),
+        ("pos", c_int64_p),
+        ("pages", Pages),
+        ("scales", Scales),
+        ("compute_scales", ctypes.c_int),
+        ("num_threads", ctypes.c_int),
     ]
 
 
@@ -217,6 +272,8 @@ _PROTOTYPES = {
     "sdpa_attention_weights": (ctypes.c_int, [ctypes.POINTER(Desc), ctypes.POINTER(Tensor),
                                               ctypes.POINTER(Tensor), c_float_p, c_float_p]),
     "sdpa_alibi_slopes": (ctypes.c_int, [ctypes.c_int64, ctypes.c_float, c_float_p]),
+    "sdpa_kv_write": (ctypes.c_int, [ctypes.POINTER(KvWriteDesc), ctypes.POINTER(Tensor),
+                                     ctypes.POINTER(Tensor)]),
     "sdpa_linear": (ctypes.c_int, [ctypes.POINTER(LinearDesc), c_float_p, c_float_p]),
     "sdpa_mha_workspace_size": (ctypes.c_size_t, [ctypes.POINTER(MhaDesc)]),
     "sdpa_mha_forward": (ctypes.c_int, [ctypes.POINTER(MhaDesc), c_float_p, c_float_p,

@@ -16,7 +16,8 @@ from conftest import ROOT
 STRUCTS = {
     "sdpa_tensor": _capi.Tensor, "sdpa_mask": _capi.Mask, "sdpa_stats": _capi.Stats,
     "sdpa_desc": _capi.Desc, "sdpa_linear_desc": _capi.LinearDesc, "sdpa_proj": _capi.Proj,
-    "sdpa_mha_desc": _capi.MhaDesc,
+    "sdpa_mha_desc": _capi.MhaDesc, "sdpa_scales": _capi.Scales, "sdpa_pages": _capi.Pages,
+    "sdpa_kv_write_desc": _capi.KvWriteDesc,
 }
 
 

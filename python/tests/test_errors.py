@@ -102,6 +102,9 @@ def test_dtypes(rng):
            q, k, v, mask=np.zeros((8, 8), dtype=np.int64))
     raises(libsdpa.BadDtypeError, Status.ERR_BAD_DTYPE, libsdpa.attention,
            q, k, v, out_dtype="float64")
+    # a K/V cache storage type is not an output type
+    raises(libsdpa.BadDtypeError, Status.ERR_BAD_DTYPE, libsdpa.attention,
+           q, k, v, out_dtype=libsdpa.DType.I8)
     with pytest.raises(TypeError):
         libsdpa.attention(q.tolist(), k, v)
 
