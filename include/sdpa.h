@@ -194,7 +194,9 @@ typedef struct sdpa_mask {
  *     per token, head  stride_b, stride_h, stride_t, group 0   (int8: OpenVINO, ORT)
  *     per group of G   the same and group = G, G | D    (int8/int4 groups of 32, 64:
  *                                                       llama.cpp q8_0/q4_0)
- * Under paging (sdpa_pages) b and t are the page and the slot within it, as for K and V.
+ * Under paging (sdpa_pages) b and t are the page and the slot within it, as for K and V;
+ * under packed varlen t is the row of all sequences' keys and stride_b is ignored, as for
+ * K and V.
  * Scales must be finite (a scale is data: a NaN scale makes NaN values, which propagate
  * like any NaN in K or V). */
 typedef struct sdpa_scales {

@@ -421,6 +421,8 @@ static sdpa_status validate(const sdpa_desc *desc, const sdpa_tensor *q, const s
     p->dropout_seed = desc->dropout_seed;
     p->ksc = desc->k_scales;
     p->vsc = wmode ? (sdpa_scales){0} : desc->v_scales;
+    if (varlen) /* one batch entry of all rows, as for the views: stride_b is ignored */
+        p->ksc.stride_b = p->vsc.stride_b = 0;
     if (p->ksc.data && p->ksc.group == 0)
         p->ksc.group = p->Dk;
     if (p->vsc.data && p->vsc.group == 0)

@@ -3,12 +3,13 @@
  *
  * Every allocation of the library goes through src/alloc.c, whose thread-local
  * injection makes the k-th one from now return NULL. For each entry point (and each
- * code path that allocates differently: serial, threaded, split-KV, the layer with and
- * without a caller workspace), a clean call counts its allocations N; then for every
- * k <= N the call is repeated with the k-th failing and must return
- * SDPA_ERR_OUT_OF_MEMORY with every output byte as it was (plans: sdpa_plan_create, where
- * a plan allocates; sdpa_merge). Leaks are the sanitizer
- * build's to find (CI runs the suite under ASan with leak detection). Runs per ISA.
+ * code path that allocates differently: serial, threaded, split-KV, paged and quantized
+ * KV caches, the layer with and without a caller workspace), a clean call counts its
+ * allocations N; then for every k <= N the call is repeated with the k-th failing and
+ * must return SDPA_ERR_OUT_OF_MEMORY with every output byte as it was (plans:
+ * sdpa_plan_create, where a plan allocates; sdpa_merge; sdpa_kv_write, whose outputs are
+ * the cache and its scales). Leaks are the sanitizer build's to find (CI runs the suite
+ * under ASan with leak detection). Runs per ISA.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,20 +142,34 @@ static void attention(void) {
     static const struct {
         const char *name;
         sc_case c;
+        int no_weights; /* decode's long rows of weights: the other cases cover weights */
     } cases[] = {
-        {"forward serial", {.B = 1, .Hq = 2, .Hkv = 2, .Tq = 40, .Tkv = 50, .Dk = 16, .Dv = 8}},
+        {"forward serial", {.B = 1, .Hq = 2, .Hkv = 2, .Tq = 40, .Tkv = 50, .Dk = 16, .Dv = 8}, 0},
         {"forward threaded", {.B = 2, .Hq = 4, .Hkv = 2, .Tq = 300, .Tkv = 300, .Dk = 64,
-                              .Dv = 64, .causal = 1, .threads = 2}},
+                              .Dv = 64, .causal = 1, .threads = 2}, 0},
         {"forward split-KV decode", {.B = 1, .Hq = 8, .Hkv = 2, .Tq = 1, .Tkv = 5000, .Dk = 32,
-                                     .Dv = 32, .threads = 2}},
+                                     .Dv = 32, .threads = 2}, 1},
         {"forward varlen + mask", {.B = 3, .Hq = 2, .Hkv = 1, .Tq = 20, .Tkv = 40, .Dk = 8,
                                    .Dv = 8, .lens = SC_LENS_VARLEN, .mask = SDPA_MASK_BOOL,
-                                   .mask_hidden = 0.3f, .sinks = 1}},
+                                   .mask_hidden = 0.3f, .sinks = 1}, 0},
+        /* KV caches: the block gather and the dequantized blocks take scratch of their own */
+        {"forward quantized e5m2 per tensor", {.B = 1, .Hq = 2, .Hkv = 1, .Tq = 30, .Tkv = 70,
+                                               .Dk = 16, .Dv = 16,
+                                               .dt = {0, SDPA_FP8_E5M2, SDPA_FP8_E5M2, 0},
+                                               .qscale = SC_QS_TENSOR}, 0},
+        {"forward paged e4m3 / int4 threaded", {.B = 2, .Hq = 4, .Hkv = 2, .Tq = 100,
+                                                .Tkv = 200, .Dk = 64, .Dv = 64, .causal = 1,
+                                                .threads = 2, .page = 7, .qgroup = 32,
+                                                .dt = {0, SDPA_FP8_E4M3, SDPA_I4, 0}}, 0},
+        /* 1100 keys: two split-KV chunks (src/plan.c, from 2 x 512 keys) */
+        {"forward paged int8 split-KV decode", {.B = 1, .Hq = 8, .Hkv = 2, .Tq = 1, .Tkv = 1100,
+                                                .Dk = 32, .Dv = 32, .threads = 2, .page = 16,
+                                                .dt = {0, SDPA_I8, SDPA_I8, 0}}, 1},
     };
     for (int i = 0; i < N(cases); i++)
         for (int which = 0; which < 4; which++) {
-            if (which == 2 && i == 2)
-                continue; /* 5000 keys of weights per row: the other cases cover weights */
+            if (which == 2 && cases[i].no_weights)
+                continue;
             attn_ctx a = {.which = which};
             sc_case c = cases[i].c;
             c.seed = 70 + (uint64_t)i;
@@ -253,8 +268,56 @@ static void layer(void) {
     free(wq), free(wk), free(wv), free(wo), free(x);
 }
 
+/* ---- sdpa_kv_write ----------------------------------------------------------------- */
+
+typedef struct kvw_ctx {
+    sdpa_kv_write_desc d;
+    sdpa_tensor src, dst;
+} kvw_ctx;
+
+static sdpa_status kvw_call(void *p) {
+    kvw_ctx *k = p;
+    return sdpa_kv_write(&k->d, &k->src, &k->dst);
+}
+
+/* Per-token int8 with computed scales into a paged pool (pages in reverse order): the
+ * cache and its scales are the outputs. Serial, and past the writer's threading cut-off
+ * (2^18 elements); and a plain f16 cache, whose write is a copy. */
+static void kv_write(void) {
+    for (int variant = 0; variant < 3; variant++) {
+        const int big = variant == 1, quant = variant < 2;
+        const int64_t B = 2, H = big ? 4 : 2, L = big ? 256 : 5, D = big ? 128 : 8, P = 16;
+        const int64_t per = (L + P - 1) / P, NP = B * per + 1;
+        uint64_t rng = 91 + (uint64_t)variant;
+        float *src = malloc((size_t)(B * H * L * D) * sizeof(float));
+        for (int64_t i = 0; i < B * H * L * D; i++)
+            src[i] = sc_rand_float(&rng);
+        int32_t *table = malloc((size_t)(B * per) * sizeof(int32_t));
+        for (int64_t i = 0; i < B * per; i++)
+            table[i] = (int32_t)(NP - 1 - i);
+        const size_t es = quant ? 1 : 2;
+        const size_t cbytes = (size_t)(NP * H * P * D) * es;
+        const size_t sbytes = (size_t)(NP * H * P) * sizeof(float);
+        void *cache = malloc(cbytes), *scales = quant ? malloc(sbytes) : NULL;
+        kvw_ctx k = {{.batch = B, .heads = H, .len = L, .dim = D, .len_kv = L,
+                      .pages = {table, per, P, NP}, .compute_scales = quant, .num_threads = 2},
+                     sdpa_tensor_bhtd(src, SDPA_F32, H, L, D),
+                     {cache, quant ? SDPA_I8 : SDPA_F16, H * P * D, P * D, D}};
+        if (quant)
+            k.d.scales = (sdpa_scales){.data = scales, .dtype = SDPA_F32, .stride_b = H * P,
+                                       .stride_h = P, .stride_t = 1};
+        static const char *names[] = {"sdpa_kv_write int8 serial", "sdpa_kv_write int8 threaded",
+                                      "sdpa_kv_write f16"};
+        target t = {names[variant], kvw_call, &k, {cache, scales}, {cbytes, quant ? sbytes : 0}};
+        exercise(&t);
+        free(src), free(table), free(cache), free(scales);
+    }
+}
+
 void suite_alloc(void) {
     attention();
+    if (th_isa == sdpa_get_isa() || th_isa == SDPA_ISA_SCALAR)
+        kv_write(); /* no kernel table involved: once or twice per run */
     layer();
     merge_target();
 }

@@ -2,7 +2,10 @@
  * test_extremes.c - numerical and arithmetic extremes, on every ISA: scale 0 and the
  * tiny, subnormal and huge scales, +-inf and NaN inputs, subnormals, logits near
  * FLT_MAX, Dk = 1 up to the head-dim limit, a single key, sequences of 2^20 rows or
- * keys, element offsets beyond 2^31 and 2^32, and strides near the int64 limits.
+ * keys, element offsets beyond 2^31 and 2^32, and strides near the int64 limits; and the
+ * KV caches' views (include/sdpa.h "KV caches"): NaN and inf scales, fp8 NaN codes, pages
+ * of one key and pages longer than len_kv, the pool, the scales and the block table at
+ * the int64, address-space and SDPA_MAX_DIM limits, sdpa_kv_write at its limits.
  *
  * What "correct" is: the reference (double precision, sdpa_reference) defines it, and
  * th_compare's rule applies (NaN exactly where the reference has NaN, an inf only where
@@ -922,6 +925,356 @@ static void address_top(void) {
         }
 }
 
+/* ---- KV caches: special values, page edges, the limits ---------------------------------- */
+
+/* Special values in a paged quantized cache: a NaN or +inf scale of one key row (the
+ * header: a scale is data, NaN propagates like any NaN in K or V; inf times the row's
+ * code 0 is NaN too), and an fp8 NaN code in K or V. Exactly the rows that see the key
+ * are hit, as the reference says (th_run_case_with compares NaN positions); the even
+ * rows, whose boolean mask hides the key, and the rows causal hides stay finite. */
+typedef struct kv_special {
+    int which; /* 0 NaN K scale, 1 +inf K scale, 2 NaN V scale, 3 +inf V scale,
+                  4 NaN code in K (e4m3), 5 NaN code in V (e5m2, element KV_NAN_DIM) */
+    int64_t key;
+} kv_special;
+
+enum { KV_NAN_DIM = 3 };
+
+static void fill_kv_special(sc_tensors *t, const sc_case *c, void *ctx) {
+    const kv_special *ks = ctx;
+    const int v = ks->which == 2 || ks->which == 3 || ks->which == 5;
+    const sdpa_tensor *cache = v ? &t->v : &t->k;
+    const sdpa_scales *sc = v ? &t->desc.v_scales : &t->desc.k_scales;
+    const int64_t P = t->desc.pages.page_size, page = t->table[ks->key / P], slot = ks->key % P;
+    uint8_t *codes = (uint8_t *)cache->data;
+    for (int64_t h = 0; h < c->Hkv; h++) {
+        const int64_t e = page * cache->stride_b + h * cache->stride_h + slot * cache->stride_t;
+        const int64_t se = page * sc->stride_b + h * sc->stride_h + slot * sc->stride_t;
+        if (ks->which <= 3)
+            sc_store((void *)(uintptr_t)sc->data, (size_t)se, sc->dtype,
+                     ks->which % 2 ? INFINITY : NAN);
+        if (ks->which == 1 || ks->which == 3)
+            codes[e] = 0; /* int8 code 0: 0 x inf */
+        if (ks->which >= 4)
+            codes[e + KV_NAN_DIM] = 0x7f; /* NaN in e4m3 and in e5m2 */
+    }
+    const sdpa_mask *m = &t->desc.mask;
+    for (int64_t i = 0; i < c->Tq; i++)
+        for (int64_t j = 0; j < c->Tkv; j++)
+            ((uint8_t *)t->mask)[i * m->stride_q + j] = !(j == ks->key && i % 2 == 0);
+}
+
+static void kv_special_values(void) {
+    static const sdpa_dtype dts[6][2] = {{SDPA_I8, SDPA_F32},       {SDPA_I8, SDPA_BF16},
+                                         {SDPA_F16, SDPA_I8},       {SDPA_F32, SDPA_I8},
+                                         {SDPA_FP8_E4M3, SDPA_F16}, {SDPA_F32, SDPA_FP8_E5M2}};
+    static const char *names[6] = {"NaN K scale", "+inf K scale", "NaN V scale", "+inf V scale",
+                                   "NaN e4m3 code in K", "NaN e5m2 code in V"};
+    for (int which = 0; which < 6; which++) {
+        sc_case c = {.B = 1, .Hq = 2, .Hkv = 1, .Tq = 24, .Tkv = 70, .Dk = 16, .Dv = 16,
+                     .causal = 1, .page = which % 2 ? 5 : 16, .mask = SDPA_MASK_BOOL,
+                     .mask_bcast = SC_BCAST_B | SC_BCAST_H,
+                     .qscale_dt = which == 2 ? SDPA_F16 : SDPA_F32,
+                     .dt = {SDPA_F32, dts[which][0], dts[which][1], SDPA_F32},
+                     .seed = seed_of(12, which, 0)};
+        kv_special ks = {which, 60};
+        sc_tensors out;
+        if (!th_run_case_with(&c, names[which], fill_kv_special, &ks, &out))
+            continue;
+        int ok = 1;
+        for (int64_t h = 0; h < c.Hq; h++)
+            for (int64_t i = 0; i < c.Tq; i++) {
+                const int hit = sees(&c, i, ks.key) && i % 2 == 1;
+                const float *o = sc_at(&out.o, 0, h, i), lse = out.lse[h * c.Tq + i];
+                for (int64_t d = 0; d < c.Dv; d++) {
+                    if (!hit || (which == 5 && d != KV_NAN_DIM))
+                        ok &= isfinite(o[d]);
+                    else if (which == 3)
+                        ok &= !isfinite(o[d]) && (d != 0 || isnan(o[d]));
+                    else
+                        ok &= isnan(o[d]);
+                }
+                ok &= hit && (which == 0 || which == 1 || which == 4) ? isnan(lse) : isfinite(lse);
+            }
+        CHECK(ok, "%s of key %lld: only the rows that see it (not the masked even rows, not "
+              "the rows before it) must be hit", names[which], (long long)ks.key);
+        sc_tensors_free(&out);
+    }
+}
+
+/* Pages longer than len_kv (one page per entry, partly used), a single key in pages of
+ * one, and a single key in one page: the same bits as the contiguous cache, every
+ * storage type; with one key, o is that key's value row exactly (weight 1). */
+static void kv_page_edges(void) {
+    static const sdpa_dtype dts[] = {SDPA_F16, SDPA_I8, SDPA_FP8_E4M3, SDPA_I4};
+    static const sc_case shapes[] = {
+        {.B = 2, .Hq = 4, .Hkv = 2, .Tq = 7, .Tkv = 20, .Dk = 8, .Dv = 8, .causal = 1, .page = 27,
+         .lens = SC_LENS_KV},
+        {.B = 2, .Hq = 2, .Hkv = 1, .Tq = 1, .Tkv = 1, .Dk = 8, .Dv = 8, .page = 1},
+        {.B = 1, .Hq = 2, .Hkv = 2, .Tq = 5, .Tkv = 1, .Dk = 8, .Dv = 8, .causal = 2, .page = 1},
+        {.B = 1, .Hq = 3, .Hkv = 1, .Tq = 1, .Tkv = 1, .Dk = 8, .Dv = 8, .page = 64},
+    };
+    for (int s = 0; s < N(shapes); s++)
+        for (int d = 0; d < N(dts); d++) {
+            sc_case c = shapes[s], flat_c;
+            c.dt[1] = c.dt[2] = dts[d];
+            c.seed = seed_of(13, s, d);
+            flat_c = c;
+            flat_c.page = 0;
+            sc_tensors flat, paged, ref;
+            const sdpa_status s1 = run_fused(&flat_c, &flat), s2 = run_fused(&c, &paged);
+            th_tensors_make(&ref, &c);
+            const sdpa_status s3 =
+                sdpa_reference(&ref.desc, &ref.q, &ref.k, &ref.v, &ref.o, ref.lse);
+            const size_t ob = flat.elems[3] * sizeof(float), lb = flat.elems[4] * sizeof(float);
+            int same = s1 == SDPA_OK && s2 == SDPA_OK && s3 == SDPA_OK &&
+                       memcmp(flat.bufs[3], paged.bufs[3], ob) == 0 &&
+                       memcmp(flat.lse, paged.lse, lb) == 0;
+            if (c.Tkv == 1) /* the reference's o is the dequantized value row, exactly */
+                same &= memcmp(paged.bufs[3], ref.bufs[3], ob) == 0;
+            char desc[512];
+            CHECK(same, "page %lld [%s]: status %d/%d/%d, paged and contiguous (and, with one "
+                  "key, the value row) must be the same bits", (long long)c.page,
+                  th_case_str(&c, desc, sizeof desc), s1, s2, s3);
+            sc_tensors_free(&flat);
+            sc_tensors_free(&paged);
+            sc_tensors_free(&ref);
+            th_run_case(&c, "page edges");
+        }
+}
+
+/* A paged int8 cache in miniature, with the fixture's q, o and lse: the XB entries of XT
+ * keys in pages of KP, a pool of KNP pages [KNP, XH, KP, XD] for K and for V, per-token
+ * f32 scales [KNP, XH, KP]. */
+enum { KP = 2, KPER = 2, KNP = XB * KPER };
+
+typedef struct kv_fixture {
+    fixture f;
+    int8_t k[KNP * XH * KP * XD], v[KNP * XH * KP * XD];
+    float ks[KNP * XH * KP], vs[KNP * XH * KP];
+    int32_t table[XB * KPER];
+} kv_fixture;
+
+static void kv_fixture_init(kv_fixture *x) {
+    fixture_init(&x->f);
+    uint64_t rng = 12;
+    for (int i = 0; i < KNP * XH * KP * XD; i++) {
+        x->k[i] = (int8_t)((int)(sc_rand_u64(&rng) % 255) - 127);
+        x->v[i] = (int8_t)((int)(sc_rand_u64(&rng) % 255) - 127);
+    }
+    for (int i = 0; i < KNP * XH * KP; i++)
+        x->ks[i] = x->vs[i] = 1.0f / 127.0f;
+    const int32_t table[XB * KPER] = {2, 0, 3, 1};
+    memcpy(x->table, table, sizeof table);
+    sdpa_desc *d = &x->f.d;
+    d->k_scales = (sdpa_scales){.data = x->ks, .dtype = SDPA_F32, .stride_b = XH * KP,
+                                .stride_h = KP, .stride_t = 1};
+    d->v_scales = d->k_scales;
+    d->v_scales.data = x->vs;
+    d->pages = (sdpa_pages){x->table, KPER, KP, KNP};
+    x->f.tk = (sdpa_tensor){x->k, SDPA_I8, XH * KP * XD, KP * XD, XD};
+    x->f.tv = (sdpa_tensor){x->v, SDPA_I8, XH * KP * XD, KP * XD, XD};
+}
+
+/* The KV views at the int64 and address-space limits, and the block table's entries and
+ * the pool's sizes at theirs: refused with the documented status, o and lse untouched, by
+ * both entry points, nothing read where a read would fault. Then the limits that are
+ * valid: page_size SDPA_MAX_DIM (one page per entry), and num_pages SDPA_MAX_DIM with
+ * pages that alias (stride_b 0) and table entries up to INT32_MAX, which must give the
+ * same bits as the contiguous cache. */
+static void kv_limits(void) {
+    const int64_t M = INT64_MAX;
+    const void *top = (const void *)(uintptr_t)(((uint64_t)1 << 56) - 4);
+    static const char *names[] = {
+        "pool stride_b INT64_MAX",         "pool stride_t INT64_MAX",
+        "pool stride_h 2^62 (past 2^56)",  "int4 pool stride_b INT64_MAX - 1",
+        "scales stride_b INT64_MAX",       "scales stride_t 2^62 (bytes overflow)",
+        "scales stride_h 2^54 + 3 (past 2^56)", "table stride INT64_MAX",
+        "table stride 2^61 (bytes past PTRDIFF_MAX)", "table stride 2^54 + 3 (past 2^56)",
+        "num_pages SDPA_MAX_DIM, page stride 2^20", "page_size SDPA_MAX_DIM, slot stride 2^20",
+        "table entry INT32_MAX (4 pages)", "table entry INT32_MIN",
+        "page_size SDPA_MAX_DIM + 1",      "num_pages SDPA_MAX_DIM + 1",
+        "page_size INT64_MAX",             "num_pages INT64_MIN",
+        "block table ending past 2^56",    "scales ending past 2^56",
+    };
+    static const sdpa_status want[] = {
+        SDPA_ERR_OVERFLOW,     SDPA_ERR_OVERFLOW,     SDPA_ERR_OVERFLOW,     SDPA_ERR_OVERFLOW,
+        SDPA_ERR_OVERFLOW,     SDPA_ERR_OVERFLOW,     SDPA_ERR_OVERFLOW,     SDPA_ERR_OVERFLOW,
+        SDPA_ERR_OVERFLOW,     SDPA_ERR_OVERFLOW,     SDPA_ERR_OVERFLOW,     SDPA_ERR_OVERFLOW,
+        SDPA_ERR_BAD_ARGUMENT, SDPA_ERR_BAD_ARGUMENT, SDPA_ERR_BAD_ARGUMENT, SDPA_ERR_BAD_ARGUMENT,
+        SDPA_ERR_BAD_ARGUMENT, SDPA_ERR_BAD_ARGUMENT, SDPA_ERR_OVERFLOW,     SDPA_ERR_OVERFLOW,
+    };
+    _Static_assert(sizeof names / sizeof names[0] == sizeof want / sizeof want[0],
+                   "one expected status per case");
+    for (int c = 0; c < N(names); c++)
+        for (int ref = 0; ref < 2; ref++) {
+            kv_fixture *x = malloc(sizeof *x);
+            kv_fixture_init(x);
+            sdpa_desc *d = &x->f.d;
+            switch (c) {
+            case 0: x->f.tk.stride_b = M; break;
+            case 1: x->f.tv.stride_t = M; break;
+            case 2: x->f.tk.stride_h = (int64_t)1 << 62; break;
+            case 3: /* int4 V, rows of XD / 2 bytes: the halved stride still overflows */
+                x->f.tv.dtype = SDPA_I4;
+                x->f.tv.stride_b = M - 1;
+                break;
+            case 4: d->k_scales.stride_b = M; break;
+            case 5: d->v_scales.stride_t = (int64_t)1 << 62; break;
+            case 6: d->k_scales.stride_h = ((int64_t)1 << 54) + 3; break;
+            case 7: d->pages.stride = M; break;
+            case 8: d->pages.stride = (int64_t)1 << 61; break;
+            case 9: d->pages.stride = ((int64_t)1 << 54) + 3; break;
+            case 10:
+                d->pages.num_pages = SDPA_MAX_DIM;
+                x->f.tk.stride_b = (int64_t)1 << 20;
+                break;
+            case 11:
+                d->pages.page_size = SDPA_MAX_DIM;
+                x->f.tk.stride_t = (int64_t)1 << 20;
+                break;
+            case 12: x->table[3] = INT32_MAX; break;
+            case 13: x->table[1] = INT32_MIN; break;
+            case 14: d->pages.page_size = SDPA_MAX_DIM + 1; break;
+            case 15: d->pages.num_pages = SDPA_MAX_DIM + 1; break;
+            case 16: d->pages.page_size = M; break;
+            case 17: d->pages.num_pages = INT64_MIN; break;
+            case 18: d->pages.block_table = top; break;
+            default: d->k_scales.data = top; break;
+            }
+            const fixture *f = &x->f;
+            const sdpa_status st = ref ? sdpa_reference(d, &f->tq, &f->tk, &f->tv, &f->to, x->f.lse)
+                                       : sdpa_forward(d, &f->tq, &f->tk, &f->tv, &f->to, x->f.lse);
+            CHECK(st == want[c] && untouched(f), "KV cache, %s (%s): got %d (%s), want %d, "
+                  "outputs %s", names[c], ref ? "reference" : "forward", st, sdpa_strerror(st),
+                  want[c], untouched(f) ? "untouched" : "WRITTEN");
+            free(x);
+        }
+
+    /* the valid limits, against the contiguous int8 cache of the same rows */
+    for (int variant = 0; variant < 3; variant++) {
+        kv_fixture *x = malloc(sizeof *x), *y = malloc(sizeof *y);
+        kv_fixture_init(x);
+        kv_fixture_init(y);
+        sdpa_desc *d = &x->f.d;
+        if (variant == 0) { /* one page per entry, SDPA_MAX_DIM slots long (3 used) */
+            d->pages.page_size = SDPA_MAX_DIM;
+            d->pages.stride = 1;
+            x->table[0] = 1, x->table[1] = 0;
+        } else { /* SDPA_MAX_DIM pages that all alias page 0 (stride_b 0), entries up to
+                    INT32_MAX: every index reads page 0's memory */
+            d->pages.num_pages = SDPA_MAX_DIM;
+            x->f.tk.stride_b = x->f.tv.stride_b = 0;
+            d->k_scales.stride_b = d->v_scales.stride_b = 0;
+            const int32_t t[XB * KPER] = {INT32_MAX, variant == 1 ? 1 << 30 : 0, 0, INT32_MAX - 1};
+            memcpy(x->table, t, sizeof t);
+        }
+        /* y: the rows each key reads, copied to a contiguous [XB, XH, XT, XD] cache */
+        int8_t ck[XB * XH * XT * XD], cv[XB * XH * XT * XD];
+        float cks[XB * XH * XT], cvs[XB * XH * XT];
+        for (int64_t b = 0; b < XB; b++)
+            for (int64_t h = 0; h < XH; h++)
+                for (int64_t j = 0; j < XT; j++) {
+                    const int64_t P = d->pages.page_size;
+                    const int64_t page = x->table[b * d->pages.stride + j / P], slot = j % P;
+                    const int64_t e = page * x->f.tk.stride_b + h * x->f.tk.stride_h + slot * XD;
+                    const int64_t se = page * d->k_scales.stride_b + h * KP + slot;
+                    const int64_t r = (b * XH + h) * XT + j;
+                    memcpy(ck + r * XD, x->k + e, XD);
+                    memcpy(cv + r * XD, x->v + e, XD);
+                    cks[r] = x->ks[se], cvs[r] = x->vs[se];
+                }
+        y->f.d.pages = (sdpa_pages){0};
+        y->f.tk = sdpa_tensor_bhtd(ck, SDPA_I8, XH, XT, XD);
+        y->f.tv = sdpa_tensor_bhtd(cv, SDPA_I8, XH, XT, XD);
+        y->f.d.k_scales = (sdpa_scales){.data = cks, .dtype = SDPA_F32, .stride_b = XH * XT,
+                                        .stride_h = XT, .stride_t = 1};
+        y->f.d.v_scales = y->f.d.k_scales;
+        y->f.d.v_scales.data = cvs;
+        int same = 1;
+        sdpa_status st[4];
+        for (int ref = 0; ref < 2; ref++) {
+            fixture *a = &x->f, *b = &y->f;
+            st[2 * ref] = ref ? sdpa_reference(&a->d, &a->tq, &a->tk, &a->tv, &a->to, a->lse)
+                              : sdpa_forward(&a->d, &a->tq, &a->tk, &a->tv, &a->to, a->lse);
+            st[2 * ref + 1] = ref ? sdpa_reference(&b->d, &b->tq, &b->tk, &b->tv, &b->to, b->lse)
+                                  : sdpa_forward(&b->d, &b->tq, &b->tk, &b->tv, &b->to, b->lse);
+            same &= st[2 * ref] == SDPA_OK && st[2 * ref + 1] == SDPA_OK &&
+                    memcmp(a->o, b->o, sizeof a->o) == 0 &&
+                    memcmp(a->lse, b->lse, sizeof a->lse) == 0;
+        }
+        CHECK(same, "KV cache at the valid limits (%s): status %d/%d (forward), %d/%d "
+              "(reference); paged and contiguous must be the same bits",
+              variant ? "num_pages SDPA_MAX_DIM, entries up to INT32_MAX"
+                      : "page_size SDPA_MAX_DIM",
+              st[0], st[1], st[2], st[3]);
+        free(x);
+        free(y);
+    }
+}
+
+/* sdpa_kv_write into the miniature cache at the limits: strides of the cache, of its
+ * scales and of its table near INT64_MAX, table entries at INT32_MAX and INT32_MIN, pos
+ * at the int64 limits, a page SDPA_MAX_DIM slots long, a cache ending past 2^56: refused
+ * with the documented status, the cache and its scales untouched. */
+static void kv_write_limits(void) {
+    const int64_t M = INT64_MAX;
+    static const char *names[] = {
+        "cache stride_b INT64_MAX", "cache stride_t 2^62 (past 2^56)", "scales stride_b INT64_MAX",
+        "table stride INT64_MAX",   "table entry INT32_MAX",           "table entry INT32_MIN",
+        "pos INT64_MAX",            "pos INT64_MIN",                   "len_kv SDPA_MAX_DIM + 1",
+        "page_size SDPA_MAX_DIM, slot stride 2^20",                    "cache ending past 2^56",
+    };
+    static const sdpa_status want[] = {
+        SDPA_ERR_OVERFLOW,     SDPA_ERR_OVERFLOW,     SDPA_ERR_OVERFLOW,      SDPA_ERR_OVERFLOW,
+        SDPA_ERR_BAD_ARGUMENT, SDPA_ERR_BAD_ARGUMENT, SDPA_ERR_BAD_ARGUMENT,  SDPA_ERR_BAD_ARGUMENT,
+        SDPA_ERR_BAD_DIMENSION, SDPA_ERR_OVERFLOW,    SDPA_ERR_OVERFLOW,
+    };
+    _Static_assert(sizeof names / sizeof names[0] == sizeof want / sizeof want[0],
+                   "one expected status per case");
+    for (int c = 0; c < N(names); c++) {
+        kv_fixture *x = malloc(sizeof *x);
+        kv_fixture_init(x);
+        memset(x->k, 0x5A, sizeof x->k);
+        memset(x->ks, 0x5A, sizeof x->ks);
+        float src[XB * XH * XD];
+        uint64_t rng = 13;
+        for (int i = 0; i < XB * XH * XD; i++)
+            src[i] = sc_rand_float(&rng);
+        int64_t pos[XB] = {1, 2}; /* entry 0 writes key 1 (table slot 0), entry 1 key 2 */
+        sdpa_kv_write_desc w = {.batch = XB, .heads = XH, .len = 1, .dim = XD, .len_kv = XT,
+                                .pos = pos, .pages = x->f.d.pages, .scales = x->f.d.k_scales,
+                                .compute_scales = 1};
+        const sdpa_tensor s = sdpa_tensor_bhtd(src, SDPA_F32, XH, 1, XD);
+        sdpa_tensor cache = x->f.tk;
+        switch (c) {
+        case 0: cache.stride_b = M; break;
+        case 1: cache.stride_t = (int64_t)1 << 62; break;
+        case 2: w.scales.stride_b = M; break;
+        case 3: w.pages.stride = M; break;
+        case 4: x->table[0] = INT32_MAX; break;
+        case 5: x->table[KPER + 1] = INT32_MIN; break;
+        case 6: pos[1] = M; break;
+        case 7: pos[0] = INT64_MIN; break;
+        case 8: w.len_kv = SDPA_MAX_DIM + 1; break;
+        case 9:
+            w.pages.page_size = SDPA_MAX_DIM;
+            cache.stride_t = (int64_t)1 << 20;
+            break;
+        default: cache.data = (void *)(uintptr_t)(((uint64_t)1 << 56) - 4); break;
+        }
+        const sdpa_status st = sdpa_kv_write(&w, &s, &cache);
+        int kept = 1;
+        for (size_t i = 0; i < sizeof x->k; i++)
+            kept &= (uint8_t)x->k[i] == 0x5A;
+        for (size_t i = 0; i < sizeof x->ks; i++)
+            kept &= ((const uint8_t *)x->ks)[i] == 0x5A;
+        CHECK(st == want[c] && kept, "sdpa_kv_write, %s: got %d (%s), want %d, cache %s",
+              names[c], st, sdpa_strerror(st), want[c], kept ? "untouched" : "WRITTEN");
+        free(x);
+    }
+}
+
 void suite_extremes(void) {
     scale_default();
     scale_tiny();
@@ -937,4 +1290,9 @@ void suite_extremes(void) {
     far_offsets();
     limits();
     address_top();
+    kv_special_values();
+    kv_page_edges();
+    kv_limits();
+    if (th_isa == sdpa_get_isa() || th_isa == SDPA_ISA_SCALAR)
+        kv_write_limits(); /* no kernel table involved: once or twice per run */
 }

@@ -171,6 +171,14 @@ static void quantized(void) {
                 }
                 th_run_case(&c, "quantized");
             }
+    /* packed varlen: the scales' stride_b is ignored like the views' (the per-token
+     * scales of a guarded buffer end where one batch entry's do) */
+    for (int d = 0; d < N(dts); d++) {
+        sc_case c = {.B = 3, .Hq = 2, .Hkv = 1, .Tq = 9, .Tkv = 40, .Dk = 32, .Dv = 32,
+                     .causal = 1, .lens = SC_LENS_VARLEN, .dt = {SDPA_F32, dts[d], dts[d], SDPA_F32},
+                     .seed = seed_of(d, 9, 9)};
+        th_run_case(&c, "quantized varlen");
+    }
 }
 
 /* Each table's dequant on every code, scale 1 and scale 0.75, against the formats'

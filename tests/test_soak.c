@@ -1,11 +1,13 @@
 /*
  * test_soak.c - concurrency soak: many host threads (pthreads) call sdpa_forward at once
- * on different shapes and features, each call forcing its ISA through desc.isa and
- * running its own OpenMP team inside, while another thread flips the process-wide ISA
- * (sdpa_set_isa) and one host thread makes its calls from inside an OpenMP parallel
- * region. Every result must be bit-identical to the same call made alone on one thread
- * before the soak; calls made invalid on purpose must fail and leave the outputs as they
- * were; the reference runs concurrently too.
+ * on different shapes and features (paged and quantized KV caches among them), each call
+ * forcing its ISA through desc.isa and running its own OpenMP team inside, while another
+ * thread flips the process-wide ISA (sdpa_set_isa) and one host thread makes its calls
+ * from inside an OpenMP parallel region. Every result must be bit-identical to the same
+ * call made alone on one thread before the soak; calls made invalid on purpose must fail
+ * and leave the outputs as they were; the reference runs concurrently too, and so does
+ * sdpa_kv_write (each call into a worker's own cache, whose bytes must be those of the
+ * lone write).
  *
  * Bounded in time: SDPA_SOAK_SECONDS (default 1.5, 0.5 with --quick) of soak after the
  * single-threaded runs; CI runs it longer under ThreadSanitizer (make tsan). It is not a
@@ -42,7 +44,7 @@ typedef struct soak_cfg {
     unsigned char *ref_o, *ref_l; /* the reference's outputs */
 } soak_cfg;
 
-static soak_cfg cfgs[9];
+static soak_cfg cfgs[11];
 static int ncfg;
 static sdpa_isa usable_isas[SDPA_ISA_COUNT_];
 static int nusable;
@@ -62,7 +64,9 @@ static sdpa_status call(const soak_cfg *s, int isa, int threads, int bad, int re
     d.isa = isa;
     d.num_threads = threads;
     d.stats = stats;
-    if (bad) /* heads_q not a multiple of heads_kv */
+    if (bad && d.pages.block_table) /* a pool of no pages */
+        d.pages.num_pages = 0;
+    else if (bad) /* heads_q not a multiple of heads_kv */
         d.heads_kv = d.heads_q + 1;
     sdpa_tensor ov = s->t.o;
     ov.data = o;
@@ -74,6 +78,46 @@ static unsigned char *dup(const void *p, size_t n) {
     unsigned char *c = malloc(n);
     memcpy(c, p, n);
     return c;
+}
+
+/* sdpa_kv_write in the soak: per-token int8 with computed scales into a paged pool,
+ * 2^18 elements, enough for its OpenMP team; every call writes into fresh zeroed memory
+ * of its own and must give the bytes of the lone single-threaded write. */
+enum { WB = 2, WH = 4, WLEN = 256, WD = 128, WPAGE = 16, WPER = WLEN / WPAGE, WNP = WB * WPER + 3 };
+
+static struct {
+    float *src;
+    int32_t table[WB * WPER];
+    size_t cbytes, sbytes;
+    unsigned char *want_c, *want_s; /* the lone write's cache and scales */
+} wr;
+
+/* One write into cache and scales; bad: a capacity below the rows written. */
+static sdpa_status write_cache(int threads, int bad, void *cache, void *scales) {
+    const sdpa_kv_write_desc d = {
+        .batch = WB, .heads = WH, .len = WLEN, .dim = WD, .len_kv = bad ? WLEN - 1 : WLEN,
+        .pages = {wr.table, WPER, WPAGE, WNP},
+        .scales = {.data = scales, .dtype = SDPA_F32, .stride_b = WH * WPAGE,
+                   .stride_h = WPAGE, .stride_t = 1},
+        .compute_scales = 1, .num_threads = threads};
+    const sdpa_tensor src = sdpa_tensor_bhtd(wr.src, SDPA_F32, WH, WLEN, WD);
+    const sdpa_tensor dst = {cache, SDPA_I8, WH * WPAGE * WD, WPAGE * WD, WD};
+    return sdpa_kv_write(&d, &src, &dst);
+}
+
+static void setup_writer(void) {
+    uint64_t rng = 0x3717e;
+    wr.src = malloc(sizeof(float) * WB * WH * WLEN * WD);
+    for (int i = 0; i < WB * WH * WLEN * WD; i++)
+        wr.src[i] = sc_rand_float(&rng);
+    for (int i = 0; i < WB * WPER; i++) /* 11 is prime to WNP: distinct pages, shuffled */
+        wr.table[i] = (i * 11 + 3) % WNP;
+    wr.cbytes = (size_t)WNP * WH * WPAGE * WD;
+    wr.sbytes = (size_t)WNP * WH * WPAGE * sizeof(float);
+    wr.want_c = calloc(wr.cbytes, 1);
+    wr.want_s = calloc(wr.sbytes, 1);
+    const sdpa_status st = write_cache(1, 0, wr.want_c, wr.want_s);
+    CHECK(st == SDPA_OK, "soak: the single-threaded sdpa_kv_write failed: %s", sdpa_strerror(st));
 }
 
 static void setup(void) {
@@ -95,6 +139,13 @@ static void setup(void) {
          .window = 1, .wl = 900, .threads = 2, .layout = SC_BTHD},
         {.B = 1, .Hq = 2, .Hkv = 2, .Tq = 6, .Tkv = 6, .Dk = 4, .Dv = 4, .causal = 1,
          .threads = 4},
+        /* paged caches: int8 decode over pages of 16 with per-token scales and lengths;
+         * fp8 K and int4 V in pages of 7, f16 group scales, chunked prefill */
+        {.B = 2, .Hq = 8, .Hkv = 2, .Tq = 1, .Tkv = 700, .Dk = 64, .Dv = 64, .threads = 2,
+         .lens = SC_LENS_KV, .page = 16, .dt = {SDPA_F32, SDPA_I8, SDPA_I8, SDPA_F32}},
+        {.B = 1, .Hq = 4, .Hkv = 2, .Tq = 48, .Tkv = 160, .Dk = 32, .Dv = 32, .causal = 1,
+         .threads = 3, .page = 7, .dt = {SDPA_BF16, SDPA_FP8_E4M3, SDPA_I4, SDPA_F16},
+         .qgroup = 16, .qscale_dt = SDPA_F16},
         {.B = 1, .Hq = 4, .Hkv = 4, .Tq = 150, .Tkv = 150, .Dk = 32, .Dv = 32, .causal = 1,
          .threads = 2},
     };
@@ -102,6 +153,7 @@ static void setup(void) {
     for (int i = SDPA_ISA_SCALAR; i < SDPA_ISA_COUNT_; i++)
         if (sdpa_isa_supported((sdpa_isa)i))
             usable_isas[nusable++] = (sdpa_isa)i;
+    setup_writer();
     ncfg = N(cases);
     for (int k = 0; k < ncfg; k++) {
         soak_cfg *s = &cfgs[k];
@@ -140,6 +192,9 @@ static void setup(void) {
 }
 
 static void teardown(void) {
+    free(wr.src);
+    free(wr.want_c);
+    free(wr.want_s);
     for (int k = 0; k < ncfg; k++) {
         soak_cfg *s = &cfgs[k];
         for (int i = 0; i < SDPA_ISA_COUNT_; i++) {
@@ -172,9 +227,38 @@ static void note(worker *w, const char *fmt, ...) {
     }
 }
 
-/* One call chosen by the worker's stream, checked against its expected bits. */
+static int all_zero(const unsigned char *p, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (p[i])
+            return 0;
+    return 1;
+}
+
+/* One sdpa_kv_write (an invalid one now and then), checked against the lone write. */
+static void one_write(worker *w, uint64_t r) {
+    static const int threads[] = {0, 1, 2, 3};
+    const int nt = threads[(r >> 16) % 4], bad = (r >> 8) % 8 == 0;
+    unsigned char *c = calloc(wr.cbytes, 1), *sc = calloc(wr.sbytes, 1);
+    const sdpa_status st = write_cache(nt, bad, c, sc);
+    w->calls++;
+    if (bad && (st != SDPA_ERR_BAD_ARGUMENT || !all_zero(c, wr.cbytes) || !all_zero(sc, wr.sbytes)))
+        note(w, "an invalid sdpa_kv_write returned %d or wrote the cache (threads %d)", st, nt);
+    else if (!bad && (st != SDPA_OK || memcmp(c, wr.want_c, wr.cbytes) != 0 ||
+                      memcmp(sc, wr.want_s, wr.sbytes) != 0))
+        note(w, "sdpa_kv_write with %d threads: status %d, or bytes other than the lone "
+             "write's", nt, st);
+    free(c);
+    free(sc);
+}
+
+/* One call chosen by the worker's stream, checked against its expected bits; one in ten
+ * a cache write. */
 static void one_call(worker *w, uint64_t *rng) {
     const uint64_t r = sc_rand_u64(rng);
+    if ((r >> 40) % 10 == 0) {
+        one_write(w, r);
+        return;
+    }
     const int k = (int)(r % (uint64_t)ncfg);
     const soak_cfg *s = &cfgs[k];
     const int bad = (r >> 8) % 8 == 0;             /* an invalid call now and then */
@@ -187,7 +271,9 @@ static void one_call(worker *w, uint64_t *rng) {
     const sdpa_status status = call(s, s->isa, nt, bad, ref, o, lse, ref ? NULL : &st);
     w->calls++;
     if (bad) {
-        if (status != SDPA_ERR_BAD_HEADS || memcmp(o, s->pristine_o, s->obytes) != 0 ||
+        const sdpa_status want = s->t.desc.pages.block_table ? SDPA_ERR_BAD_ARGUMENT
+                                                             : SDPA_ERR_BAD_HEADS;
+        if (status != want || memcmp(o, s->pristine_o, s->obytes) != 0 ||
             memcmp(lse, s->pristine_l, s->lbytes) != 0)
             note(w, "config %d: an invalid call returned %d or wrote an output (threads %d)", k,
                  status, nt);

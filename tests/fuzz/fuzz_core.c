@@ -16,6 +16,15 @@
  *     meaningful, the fused outputs match the reference (below);
  *   - inputs are never written, whatever the status.
  *
+ * KV caches (FZ_PAGE, FZ_KV_DT, FZ_QSCALE): K and V may be pools of pages read through a
+ * shuffled block table, and quantized with scales of any granularity. sdpa_kv_write
+ * writes them from source rows (codes are drawn directly for raw data and for wild
+ * strides), and each write is checked against the header's definition of codes and
+ * scales (check_written), including that no byte a row does not own was written; the
+ * oracle reads the caches' values through a dequantization of its own (mirror). A KV
+ * fault (FZ_KV_FAULT) must fail like any other; a faulty write (FZ_KV_WFAULT) must fail
+ * and leave the cache, its scales, its source and its table as they were.
+ *
  * When the comparison is meaningful. Data is uniform in [-1, 1) (stored in its dtype),
  * scales are at most 2/sqrt(Dk), ALiBi slopes are bounded so a penalty stays below 16,
  * additive masks lie in [-2, 2) or are -inf, sinks in [-1, 3) or -inf: every score is
@@ -83,6 +92,31 @@ typedef struct fz_view {
     size_t bytes;    /* bytes of the view's region, rounded up to 8 */
 } fz_view;
 
+/* K or V as a cache (include/sdpa.h "KV caches"): its storage, its scales, and the
+ * source rows sdpa_kv_write wrote into it. */
+typedef struct fz_kv {
+    int cache;         /* paged, quantized, or both */
+    int writer;        /* filled by sdpa_kv_write from src (else codes drawn directly) */
+    sdpa_dtype st;     /* storage type */
+    sdpa_dtype src_dt; /* the source rows' dtype (FZ_DTYPE's for this operand) */
+    int qs;            /* FZ_QSCALE granularity, QS_* */
+    int64_t group;     /* channels per scale; 0 = the row */
+    sdpa_scales sc;    /* data NULL unless quantized */
+    char *sbuf;
+    size_t sbytes;
+    int computed;      /* sdpa_kv_write computes the scales */
+    sdpa_tensor src;   /* [VB, Hkv, vTkv, D] contiguous */
+    char *src_buf;
+    size_t src_n;      /* elements of src */
+    /* the last sdpa_kv_write call that built the cache (for FZ_KV_WFAULT) */
+    int written;
+    sdpa_kv_write_desc wd;
+    sdpa_tensor wsrc, wdst;
+    int64_t wpos;
+} fz_kv;
+
+enum { QS_ROW = 0, QS_HEAD = 1, QS_TENSOR = 2, QS_ROW_GIVEN = 3 };
+
 typedef struct fz_case {
     uint8_t h[FZ_NFIELDS];
     uint64_t seed;
@@ -113,6 +147,16 @@ typedef struct fz_case {
     char *oreg, *lreg; /* the regions o and lse occupy (before any misaligning fault) */
     size_t oreg_bytes, lreg_bytes;
     sdpa_stats stats;
+
+    int lens_mode;     /* FZ_LENS, or what a KV fault needs */
+    fz_kv kv[2];       /* K, V */
+    int paged;
+    int64_t page, per, npages, tstride; /* page size, table entries per row, pool, stride */
+    int32_t *table;
+    size_t table_bytes;
+    int kv_fault, kv_wfault; /* -1: none */
+    float fault_scale; /* scales a fault hands to an operand that has none */
+    char pre[512];     /* a check that failed while the case was built (sdpa_kv_write) */
 } fz_case;
 
 /* ---- small helpers ----------------------------------------------------------------- */
@@ -193,6 +237,57 @@ static void fail(char *msg, size_t n, const char *fmt, ...) {
     va_end(ap);
 }
 
+/* ---- KV-cache storage (include/sdpa.h: sdpa_dtype, "KV caches") -------------------- */
+
+static int quantized(sdpa_dtype t) { return t >= SDPA_I8 && t <= SDPA_I4; }
+
+/* Bytes per unit of a view's extent: an element, or for int4 a byte (two elements). */
+static size_t kv_unit(sdpa_dtype t) { return quantized(t) ? 1 : sc_dtype_size(t); }
+
+/* sdpa_kv_write's largest code magnitude. */
+static float qmax_of(sdpa_dtype t) {
+    return t == SDPA_I8 ? 127.0f : t == SDPA_I4 ? 7.0f : t == SDPA_FP8_E4M3 ? 448.0f : 57344.0f;
+}
+
+/* Code of element e of a quantized buffer: signed for int8 and int4 (low nibble first),
+ * the byte for fp8. */
+static int read_code(sdpa_dtype t, const void *buf, int64_t e) {
+    const uint8_t *p = buf;
+    if (t == SDPA_I4) {
+        const int n = (p[e / 2] >> (4 * (e % 2))) & 15;
+        return n - ((n & 8) << 1);
+    }
+    return t == SDPA_I8 ? (int8_t)p[e] : p[e];
+}
+
+/* value(code) of include/sdpa.h, from the formats' definitions (OCP 8-bit floating point
+ * for fp8), in double: exact. */
+static double code_value(sdpa_dtype t, int c) {
+    if (t == SDPA_I8 || t == SDPA_I4)
+        return c;
+    const int mb = t == SDPA_FP8_E4M3 ? 3 : 2, bias = t == SDPA_FP8_E4M3 ? 7 : 15;
+    const int e = (c & 0x7f) >> mb, m = c & ((1 << mb) - 1);
+    const double sg = (c & 0x80) ? -1.0 : 1.0;
+    if (t == SDPA_FP8_E4M3 && (c & 0x7f) == 0x7f)
+        return NAN;
+    if (t == SDPA_FP8_E5M2 && e == 31)
+        return m ? NAN : sg * INFINITY;
+    return sg * (e ? ldexp(1.0 + m / (double)(1 << mb), e - bias)
+                   : ldexp(m / (double)(1 << mb), 1 - bias));
+}
+
+/* view_extent of a fz_view in units of kv_unit; an int4 view counts bytes and is -1
+ * when validation refuses its odd strides or odd row (src/validate.c check_kv). */
+static int64_t extent_of(const fz_view *w) {
+    const int64_t s[3] = {w->t.stride_b, w->t.stride_h, w->t.stride_t};
+    if (w->t.dtype != SDPA_I4)
+        return view_extent(w->n, s, w->d, w->es);
+    if (w->d % 2 || s[0] % 2 || s[1] % 2 || s[2] % 2)
+        return -1;
+    const int64_t half[3] = {s[0] / 2, s[1] / 2, s[2] / 2};
+    return view_extent(w->n, half, w->d / 2, 1);
+}
+
 /* ---- decoding ---------------------------------------------------------------------- */
 
 /* The strides of operand `op` from FZ_LAYOUT and its FZ_WILD byte; *wild says whether
@@ -210,8 +305,12 @@ static void choose_strides(fz_case *c, int op, int *wild) {
     case 1:
         t->stride_h = D, t->stride_t = H * D, t->stride_b = T * H * D;
         return;
-    case 2: /* odd gaps between rows, heads and batch entries */
-        t->stride_t = D + 3, t->stride_h = T * (D + 3) + 5, t->stride_b = H * t->stride_h + 7;
+    case 2: /* odd gaps between rows, heads and batch entries (even ones for int4, whose
+               rows start on bytes) */
+        if (t->dtype == SDPA_I4)
+            t->stride_t = D + 2, t->stride_h = T * (D + 2) + 4, t->stride_b = H * t->stride_h + 6;
+        else
+            t->stride_t = D + 3, t->stride_h = T * (D + 3) + 5, t->stride_b = H * t->stride_h + 7;
         return;
     }
     *wild = 1;
@@ -294,9 +393,152 @@ static void decode_shape(fz_case *c) {
     c->Hq = c->Hkv * g;
 }
 
+/* KV-cache faults (FZ_KV_FAULT - 1), and what each needs the case to have so that its
+ * field exists to break (decode_kv makes it so). */
+enum {
+    KF_PAGE_PAST,        /* a used table slot = num_pages */
+    KF_PAGE_NEG,         /* a used slot = -1 */
+    KF_PAGE_INT32,       /* a used slot = INT32_MAX or INT32_MIN */
+    KF_PAGE_SIZE,        /* page_size 0, negative, past SDPA_MAX_DIM */
+    KF_NUM_PAGES,        /* num_pages 0, negative, past SDPA_MAX_DIM */
+    KF_TABLE_STRIDE,     /* a table stride whose extent overflows (negative when B = 1) */
+    KF_TABLE_MISALIGNED,
+    KF_PAGED_VARLEN,     /* a block table under packed varlen */
+    KF_LSE_ON_TABLE,     /* lse (or o) over the block table */
+    KF_K_NO_SCALES,      /* a quantized K without scales */
+    KF_V_NO_SCALES,
+    KF_SCALES_ON_PLAIN,  /* scales on an fp32 K */
+    KF_GROUP,            /* a K group that does not divide Dk */
+    KF_GROUP_NEG,
+    KF_I4_ODD_GROUP,     /* an odd group on an int4 V */
+    KF_I4_ODD_STRIDE,
+    KF_I4_ODD_DIM,       /* an int4 V with an odd dim_v */
+    KF_SCALES_DTYPE,     /* K scales neither F32 nor F16 */
+    KF_SCALES_STRIDE,    /* K scale strides whose extent overflows */
+    KF_SCALES_NEG_STRIDE,
+    KF_SCALES_MISALIGNED,
+    KF_O_ON_SCALES,      /* o over K's scales */
+    KF_Q_QUANT,          /* a quantized Q */
+    KF_O_QUANT,          /* a quantized O */
+    KF_KV_DTYPE,         /* a K or V dtype past SDPA_I4 or negative */
+    KF_N
+};
+_Static_assert(KF_N == FZ_KV_NFAULTS, "fuzz_core.h counts the KV faults");
+
+enum { NEED_PAGED = 1, NEED_QK = 2, NEED_QV4 = 4, NEED_VARLEN = 8 };
+static const uint8_t kf_needs[KF_N] = {
+    [KF_PAGE_PAST] = NEED_PAGED,     [KF_PAGE_NEG] = NEED_PAGED,
+    [KF_PAGE_INT32] = NEED_PAGED,    [KF_PAGE_SIZE] = NEED_PAGED,
+    [KF_NUM_PAGES] = NEED_PAGED,     [KF_TABLE_STRIDE] = NEED_PAGED,
+    [KF_TABLE_MISALIGNED] = NEED_PAGED, [KF_PAGED_VARLEN] = NEED_VARLEN,
+    [KF_LSE_ON_TABLE] = NEED_PAGED,  [KF_K_NO_SCALES] = NEED_QK,
+    [KF_V_NO_SCALES] = NEED_QV4,     [KF_GROUP] = NEED_QK,
+    [KF_GROUP_NEG] = NEED_QV4,       [KF_I4_ODD_GROUP] = NEED_QV4,
+    [KF_I4_ODD_STRIDE] = NEED_QV4,   [KF_I4_ODD_DIM] = NEED_QV4,
+    [KF_SCALES_DTYPE] = NEED_QK,     [KF_SCALES_STRIDE] = NEED_QK,
+    [KF_SCALES_NEG_STRIDE] = NEED_QV4, [KF_SCALES_MISALIGNED] = NEED_QK,
+    [KF_O_ON_SCALES] = NEED_QK,
+};
+
+/* Faulty sdpa_kv_write calls (FZ_KV_WFAULT - 1), each a change to the last call that
+ * built a cache. */
+enum {
+    WF_POS_PAST,     /* pos + len beyond len_kv */
+    WF_POS_NEG,
+    WF_PAGE_OUT,     /* a written row's page outside the pool */
+    WF_PAGE_SIZE,    /* page_size 0 (len 0 unpaged) */
+    WF_SRC_IN_CACHE, /* the source over the cache */
+    WF_SCALES_IN_SRC,/* the scales over the source */
+    WF_COMPUTE_BAD,  /* compute_scales 2.., or 1 on a plain cache */
+    WF_SCALES_SHARED,/* computed scales every row shares (not an output) */
+    WF_GROUP,        /* a group that does not divide dim (scales on a plain cache) */
+    WF_ODD_STRIDE,   /* an odd int4 stride (a negative one otherwise) */
+    WF_SRC_DTYPE,    /* a quantized or unknown source dtype */
+    WF_THREADS,      /* num_threads < 0 */
+    WF_TABLE_STRIDE, /* a table stride whose extent overflows, or negative */
+    WF_NO_SCALES,    /* a quantized cache without scales (dim 0 on a plain one) */
+    WF_SCALES_DTYPE, /* scales in bf16 (batch -1 on a plain cache) */
+    WF_CACHE_DTYPE,  /* a cache dtype past SDPA_I4 or negative */
+    WF_N
+};
+_Static_assert(WF_N == FZ_KV_NWFAULTS, "fuzz_core.h counts the writer faults");
+
+/* The sel-th divisor of D (cyclically), only even ones for int4 (D is even there). */
+static int64_t divisor_at(int64_t D, int even, int sel) {
+    int64_t divs[64];
+    int n = 0;
+    for (int64_t g = 1; g <= D && n < 64; g++)
+        if (D % g == 0 && (!even || g % 2 == 0))
+            divs[n++] = g;
+    return divs[sel % n];
+}
+
+/* Which operands are caches, their storage and scales, the faults; before the lengths
+ * (a fault may need packed varlen, paging may not have it). */
+static void decode_kv(fz_case *c) {
+    const uint8_t *h = c->h;
+    static const sdpa_dtype qtypes[5] = {SDPA_F32, SDPA_I8, SDPA_FP8_E4M3, SDPA_FP8_E5M2, SDPA_I4};
+    c->lens_mode = h[FZ_LENS] % 5;
+    c->kv_fault = h[FZ_KV_FAULT] >= 1 && h[FZ_KV_FAULT] <= KF_N ? h[FZ_KV_FAULT] - 1 : -1;
+    c->kv_wfault = h[FZ_KV_WFAULT] >= 1 && h[FZ_KV_WFAULT] <= WF_N ? h[FZ_KV_WFAULT] - 1 : -1;
+    int q[2];
+    for (int i = 0; i < 2; i++) {
+        const int sel = (h[FZ_KV_DT] >> (3 * i)) & 7;
+        q[i] = sel <= 4 ? sel : 0;
+    }
+    const int need = c->kv_fault >= 0 ? kf_needs[c->kv_fault] : 0;
+    c->paged = (h[FZ_PAGE] & 15) != 0 || (need & NEED_PAGED);
+    if ((need & NEED_QK) && !q[0])
+        q[0] = 1;
+    if (need & NEED_QV4)
+        q[1] = 4;
+    if (c->kv_wfault >= 0 && !c->paged && !q[0] && !q[1])
+        q[0] = 1; /* a cache for the faulty write */
+    if (need & NEED_VARLEN)
+        c->lens_mode = 4, c->paged = 0;
+    else if (c->paged && c->lens_mode == 4)
+        c->lens_mode = 2; /* paging refuses packed varlen: KF_PAGED_VARLEN tests that */
+    for (int i = 0; i < 2; i++) {
+        fz_kv *kv = &c->kv[i];
+        const int op = OP_K + i;
+        int64_t *D = i ? &c->Dv : &c->Dk;
+        if (q[i] == 4 && *D % 2) /* int4 rows are whole bytes (KF_I4_ODD_DIM aside) */
+            *D += *D > 1 ? -1 : 1;
+        kv->cache = c->paged || q[i];
+        kv->src_dt = (sdpa_dtype)(((h[FZ_DTYPE] >> (2 * op)) & 3) % 3);
+        kv->st = q[i] ? qtypes[q[i]] : kv->src_dt;
+        /* sdpa_kv_write fills it, unless its codes are raw data or its strides wild
+         * (broadcast strides are not an output) */
+        kv->writer = kv->cache && h[FZ_DATA] % 4 != 3 && ((h[FZ_LAYOUT] >> (2 * op)) & 3) != 3;
+        if (q[i]) {
+            kv->qs = (h[FZ_QSCALE] >> (2 * i)) & 3;
+            kv->sc.dtype = h[FZ_KV_DT] & (0x40 << i) ? SDPA_F16 : SDPA_F32;
+            const int gsel = h[FZ_QSCALE] >> 4;
+            kv->group = gsel ? divisor_at(*D, q[i] == 4, gsel - 1) : 0;
+            kv->sc.group = kv->group;
+            kv->computed = kv->writer && kv->qs == QS_ROW;
+        }
+    }
+}
+
+/* The page size and the pool, after the lengths: 1, odd sizes, sizes around the 64-key
+ * blocks, the whole of len_kv and more than len_kv; two pages of the pool stay unused. */
+static void decode_pages(fz_case *c) {
+    if (!c->paged)
+        return;
+    static const int64_t sizes[] = {1, 2, 3, 5, 7, 16, 17, 31, 64, 100, 256};
+    const int nsz = (int)(sizeof sizes / sizeof sizes[0]) + 2;
+    const int sel = c->h[FZ_PAGE] & 15;
+    const int i = (sel ? sel - 1 : (int)(c->seed % (uint64_t)nsz)) % nsz;
+    c->page = i < nsz - 2 ? sizes[i] : i == nsz - 2 ? c->vTkv : c->vTkv + 5;
+    c->per = (c->vTkv + c->page - 1) / c->page;
+    c->npages = c->B * c->per + 2;
+    c->tstride = c->per + (c->h[FZ_PAGE] & 0x20 ? 3 : 0);
+}
+
 /* q_lens / kv_lens / cu_seqlens, from their own stream of the data seed. */
 static void decode_lengths(fz_case *c) {
-    const int mode = c->h[FZ_LENS] % 5;
+    const int mode = c->lens_mode;
     uint64_t rng = c->seed ^ 0x1e9e3779u;
     c->vTq = c->Tq, c->vTkv = c->Tkv, c->VB = c->B;
     c->maxq = c->Tq, c->maxkv = c->Tkv;
@@ -405,8 +647,40 @@ static void decode_options(fz_case *c) {
 
 /* ---- data -------------------------------------------------------------------------- */
 
+/* A quantized cache's codes drawn directly (no writer): any code of the format but NaN
+ * and inf (raw data: any byte). */
+static void fill_codes(fz_case *c, const fz_view *w, uint64_t *rng) {
+    const int raw = c->h[FZ_DATA] % 4 == 3;
+    uint8_t *p = (uint8_t *)w->t.data;
+    for (int64_t e = 0; e < w->ext; e++) {
+        const uint64_t r = sc_rand_u64(rng);
+        const uint8_t b = (uint8_t)r;
+        if (raw)
+            p[e] = b;
+        else if (w->t.dtype == SDPA_I8)
+            p[e] = (uint8_t)(int8_t)((int)(r % 255) - 127);
+        else if (w->t.dtype == SDPA_I4)
+            p[e] = (uint8_t)((((int)(r % 15) - 7) & 15) | (((int)((r >> 8) % 15) - 7) & 15) << 4);
+        else if (w->t.dtype == SDPA_FP8_E4M3)
+            p[e] = b ^ ((b & 0x7f) == 0x7f); /* S.1111.111 is NaN: its neighbour */
+        else
+            p[e] = ((b >> 2) & 31) == 31 ? b & 0x83 : b; /* e5m2 inf, NaN: subnormals */
+    }
+}
+
 static void fill_view(fz_case *c, int op, uint64_t *rng) {
     fz_view *w = &c->v[op];
+    const fz_kv *kv = op == OP_K || op == OP_V ? &c->kv[op - OP_K] : NULL;
+    if (kv && kv->writer) { /* the rows sdpa_kv_write will store */
+        for (size_t e = 0; e < kv->src_n; e++)
+            sc_store(kv->src_buf, e, kv->src_dt,
+                     (float)((double)(sc_rand_u64(rng) >> 11) * 0x1p-53 * 2.0 - 1.0));
+        return;
+    }
+    if (kv && quantized(kv->st)) {
+        fill_codes(c, w, rng);
+        return;
+    }
     const int raw = c->h[FZ_DATA] % 4 == 3;
     for (int64_t e = 0; e < w->ext; e++) {
         const uint64_t r = sc_rand_u64(rng);
@@ -487,10 +761,18 @@ static void inject(fz_case *c) {
         void *buf;
         size_t n;
         sdpa_dtype dt;
+        const fz_kv *kv = op == OP_K || op == OP_V ? &c->kv[op - OP_K] : NULL;
         if (op == 3) {
             if (!c->mask || c->desc.mask.kind != SDPA_MASK_ADDITIVE)
                 continue;
             buf = c->mask, dt = c->desc.mask.dtype, n = c->mask_bytes / sc_dtype_size(dt);
+        } else if (kv && kv->writer) { /* into the rows the cache is written from */
+            buf = kv->src_buf, dt = kv->src_dt, n = kv->src_n;
+        } else if (kv && quantized(kv->st)) { /* drawn codes: fp8 NaN codes only */
+            if (kind == 0 && kv->st != SDPA_I8 && kv->st != SDPA_I4)
+                ((uint8_t *)c->v[op].t.data)[idx % (size_t)c->v[op].ext] =
+                    kv->st == SDPA_FP8_E4M3 ? 0x7f : 0xfe;
+            continue;
         } else {
             buf = c->v[op].t.data, dt = c->v[op].t.dtype, n = (size_t)c->v[op].ext;
         }
@@ -520,19 +802,22 @@ static void setup_views(fz_case *c) {
     const int64_t D[NOPS] = {c->Dk, c->Dk, c->Dv, c->Dv};
     for (int op = 0; op < NOPS; op++) {
         fz_view *w = &c->v[op];
-        w->t.dtype = (sdpa_dtype)(((c->h[FZ_DTYPE] >> (2 * op)) & 3) % 3);
-        w->es = sc_dtype_size(w->t.dtype);
+        /* a cache: its storage type, and under paging the pool [pages, Hkv, page, D] */
+        const fz_kv *kv = op == OP_K || op == OP_V ? &c->kv[op - OP_K] : NULL;
+        const int cache = kv && kv->cache;
+        w->t.dtype = cache ? kv->st : (sdpa_dtype)(((c->h[FZ_DTYPE] >> (2 * op)) & 3) % 3);
+        w->es = kv_unit(w->t.dtype);
         w->n[0] = c->VB, w->n[1] = H[op], w->n[2] = T[op], w->d = D[op];
+        if (cache && c->paged)
+            w->n[0] = c->npages, w->n[2] = c->page;
         int wild;
         choose_strides(c, op, &wild);
-        const int64_t s[3] = {w->t.stride_b, w->t.stride_h, w->t.stride_t};
-        w->ext = view_extent(w->n, s, w->d, w->es);
+        w->ext = extent_of(w);
         if (w->ext >= 0 && w->ext * (int64_t)w->es > FZ_MAX_BYTES) {
             /* accepted but too big to allocate: the caller would be lying, not us */
-            w->t.stride_t = D[op], w->t.stride_h = T[op] * D[op];
-            w->t.stride_b = H[op] * T[op] * D[op];
-            const int64_t s2[3] = {w->t.stride_b, w->t.stride_h, w->t.stride_t};
-            w->ext = view_extent(w->n, s2, w->d, w->es);
+            w->t.stride_t = D[op], w->t.stride_h = w->n[2] * D[op];
+            w->t.stride_b = H[op] * w->n[2] * D[op];
+            w->ext = extent_of(w);
             wild = 0;
         }
         if (w->ext < 0) {
@@ -608,6 +893,434 @@ static void make_heads(fz_case *c, uint64_t *rng) {
             c->sinks[h] = h == 1 ? -INFINITY : (float)((double)(sc_rand_u64(rng) >> 11) * 0x1p-53 * 4.0 - 1.0);
         c->desc.sinks = c->sinks;
     }
+}
+
+/* ---- KV caches: the block table, the scales, sdpa_kv_write -------------------------- */
+
+/* Keys of entry b (the table's rows cover them). */
+static int64_t kv_len(const fz_case *c, int64_t b) { return c->kvlens ? c->kvlens[b] : c->vTkv; }
+
+/* The block table, the writer's source rows and the scale views; after setup_views. The
+ * table draws each entry's pages from a shuffle of the pool; FZ_PAGE bit 4 gives entries
+ * after the first the first half of entry 0's pages (a shared prefix), bit 6 junk in the
+ * slots no key uses (never read: validation reads only the used ones), bit 5 a gap after
+ * each row. */
+static void setup_caches(fz_case *c) {
+    if (c->paged || c->kv_fault == KF_PAGED_VARLEN) {
+        const int64_t n = c->paged ? (c->VB - 1) * c->tstride + c->per : c->B;
+        c->table_bytes = (size_t)n * sizeof(int32_t);
+        c->table = fz_alloc(round8(c->table_bytes));
+        memset(c->table, 0, c->table_bytes);
+    }
+    if (c->paged) {
+        uint64_t rng = c->seed ^ 0x7ab1e5u;
+        int32_t *perm = malloc((size_t)c->npages * sizeof(int32_t));
+        for (int64_t p = 0; p < c->npages; p++)
+            perm[p] = (int32_t)p;
+        for (int64_t p = c->npages - 1; p > 0; p--) {
+            const int64_t q = (int64_t)(sc_rand_u64(&rng) % (uint64_t)(p + 1));
+            const int32_t x = perm[p];
+            perm[p] = perm[q], perm[q] = x;
+        }
+        const int32_t junk[4] = {INT32_MIN, INT32_MAX, -1, (int32_t)c->npages};
+        for (int64_t b = 0; b < c->VB; b++)
+            for (int64_t p = 0; p < (b == c->VB - 1 ? c->per : c->tstride); p++) {
+                int32_t page = c->h[FZ_PAGE] & 0x40 ? junk[(b + p) % 4] : -1;
+                if (p * c->page < kv_len(c, b))
+                    page = (c->h[FZ_PAGE] & 0x10) && b > 0 && p < (c->per + 1) / 2
+                               ? c->table[p]
+                               : perm[b * c->per + p];
+                c->table[b * c->tstride + p] = page;
+            }
+        free(perm);
+        c->desc.pages = (sdpa_pages){c->table, c->tstride, c->page, c->npages};
+    }
+    for (int i = 0; i < 2; i++) {
+        fz_kv *kv = &c->kv[i];
+        const int op = OP_K + i;
+        const int64_t D = c->v[op].d, H = c->Hkv;
+        if (kv->writer) {
+            kv->src_n = (size_t)(c->VB * H * c->vTkv * D);
+            kv->src_buf = fz_alloc(round8(kv->src_n * sc_dtype_size(kv->src_dt)));
+            kv->src = (sdpa_tensor){kv->src_buf, kv->src_dt, H * c->vTkv * D, c->vTkv * D, D};
+        }
+        if (!quantized(kv->st))
+            continue;
+        /* [pages or VB, Hkv, page or vTkv, D / group] like the cache (bthd, or with gaps),
+         * one row per head, or one for all */
+        const int64_t n0 = c->paged ? c->npages : c->VB, T = c->paged ? c->page : c->vTkv;
+        const int64_t ng = D / (kv->group ? kv->group : D);
+        const int lay = (c->h[FZ_LAYOUT] >> (2 * op)) & 3;
+        sdpa_scales *sc = &kv->sc;
+        const int per_token = kv->qs == QS_ROW || kv->qs == QS_ROW_GIVEN;
+        if (kv->qs == QS_HEAD) {
+            sc->stride_h = ng;
+        } else if (per_token && lay == 1) {
+            sc->stride_h = ng, sc->stride_t = H * ng, sc->stride_b = T * H * ng;
+        } else if (per_token && lay == 2) {
+            sc->stride_t = ng + 1, sc->stride_h = T * (ng + 1) + 1;
+            sc->stride_b = H * sc->stride_h + 1;
+        } else if (per_token) {
+            sc->stride_t = ng, sc->stride_h = T * ng, sc->stride_b = H * T * ng;
+        }
+        const int64_t count = (n0 - 1) * sc->stride_b + (H - 1) * sc->stride_h +
+                              (T - 1) * sc->stride_t + ng;
+        kv->sbytes = (size_t)count * sc_dtype_size(sc->dtype);
+        kv->sbuf = fz_alloc(round8(kv->sbytes));
+        sc->data = kv->sbuf;
+        if (i == 0)
+            c->desc.k_scales = *sc;
+        else
+            c->desc.v_scales = *sc;
+    }
+}
+
+/* Scales the writer reads: per head or per tensor, the largest |x| of the source over
+ * the code range (calibrated, as fp8 caches use); per token given (static), or under
+ * codes drawn directly, in [1/4, 1] / Q, so values stay within [-1, 1]; raw data, raw
+ * bits. Computed ones start as 0xff (NaN): a row the writer skipped shows. */
+static void fill_scales(fz_case *c, int i, uint64_t *rng) {
+    fz_kv *kv = &c->kv[i];
+    const size_t ses = sc_dtype_size(kv->sc.dtype), n = kv->sbytes / ses;
+    if (kv->computed) {
+        memset(kv->sbuf, 0xff, kv->sbytes);
+        return;
+    }
+    const int64_t D = c->v[OP_K + i].d, ng = D / (kv->group ? kv->group : D);
+    const int calibrated = kv->writer && (kv->qs == QS_HEAD || kv->qs == QS_TENSOR);
+    float amax[4] = {0, 0, 0, 0}; /* per head (Hkv <= 3), then over all of them */
+    for (size_t x = 0; calibrated && x < kv->src_n; x++) {
+        const float a = fabsf(sc_load(kv->src_buf, x, kv->src_dt));
+        const int64_t head = (int64_t)x / (c->vTkv * D) % c->Hkv;
+        if (isfinite(a) && a > amax[head])
+            amax[head] = a;
+        if (isfinite(a) && a > amax[3])
+            amax[3] = a;
+    }
+    for (size_t e = 0; e < n; e++) {
+        const uint64_t r = sc_rand_u64(rng);
+        if (c->h[FZ_DATA] % 4 == 3) {
+            const uint32_t u = (uint32_t)r;
+            memcpy(kv->sbuf + e * ses, &u, ses); /* little endian: the low bits for f16 */
+            continue;
+        }
+        float s = (float)(0.25 + 0.75 * (double)(r >> 11) * 0x1p-53) / qmax_of(kv->st);
+        if (calibrated) {
+            const float a = amax[kv->qs == QS_HEAD ? (int64_t)e / ng : 3];
+            s = (a > 0.0f ? a : 1.0f) / qmax_of(kv->st);
+        }
+        sc_store(kv->sbuf, e, kv->sc.dtype, s);
+    }
+}
+
+/* One sdpa_kv_write of rows [t0, t0 + len) of entry b (b < 0: every entry, all rows),
+ * recorded for the writer fault. 0 and c->pre on failure. */
+static int write_rows(fz_case *c, int i, int64_t b, int64_t t0, int64_t len) {
+    fz_kv *kv = &c->kv[i];
+    const sdpa_tensor *cache = &c->v[OP_K + i].t;
+    sdpa_kv_write_desc wd = {.batch = b < 0 ? c->VB : 1, .heads = c->Hkv, .len = len,
+                             .dim = c->v[OP_K + i].d, .len_kv = c->vTkv, .scales = kv->sc,
+                             .compute_scales = kv->computed,
+                             .num_threads = c->desc.num_threads};
+    sdpa_tensor src = kv->src, dst = *cache;
+    const int64_t e0 = b < 0 ? 0 : b;
+    src.data = kv->src_buf + (size_t)(e0 * src.stride_b + t0 * src.stride_t) *
+                                 sc_dtype_size(kv->src_dt);
+    if (c->paged) {
+        wd.pages = c->desc.pages;
+        wd.pages.block_table = c->table + e0 * c->tstride;
+    } else { /* entry b's part of the cache and of its scales */
+        const int bits = cache->dtype == SDPA_I4 ? 4 : 8 * (int)kv_unit(cache->dtype);
+        dst.data = (char *)cache->data + (size_t)(e0 * cache->stride_b) * (size_t)bits / 8;
+        if (kv->sc.data)
+            wd.scales.data = (const char *)kv->sc.data +
+                             (size_t)(e0 * kv->sc.stride_b) * sc_dtype_size(kv->sc.dtype);
+    }
+    kv->wpos = t0;
+    if (t0 > 0)
+        wd.pos = &kv->wpos;
+    const sdpa_status st = sdpa_kv_write(&wd, &src, &dst);
+    if (st != SDPA_OK) {
+        snprintf(c->pre, sizeof c->pre, "sdpa_kv_write of %s (entry %lld, rows %lld..+%lld) "
+                 "failed: %d (%s)", i ? "V" : "K", (long long)b, (long long)t0, (long long)len,
+                 st, sdpa_strerror(st));
+        return 0;
+    }
+    kv->written = 1;
+    kv->wd = wd;
+    kv->wsrc = src;
+    kv->wdst = dst;
+    return 1;
+}
+
+/* The cache of operand i from its source: one batched call when every entry has all
+ * len_kv keys, else one call per entry; FZ_PAGE bit 7 splits each entry's rows in two
+ * calls, the second at pos. Every byte no row is written to keeps 0xff (NaN in the float
+ * types and fp8), so a read of a wrong page or slot shows. */
+static int write_cache(fz_case *c, int i) {
+    fz_view *w = &c->v[OP_K + i];
+    memset(w->buf, 0xff, (size_t)w->ext * w->es);
+    const int split = (c->h[FZ_PAGE] & 0x80) != 0;
+    if (!c->kvlens && !split)
+        return write_rows(c, i, -1, 0, c->vTkv);
+    for (int64_t b = 0; b < c->VB; b++) {
+        const int64_t len = kv_len(c, b);
+        const uint64_t r = c->seed >> (8 * b);
+        const int64_t cut = split && len > 1 ? 1 + (int64_t)(r % (uint64_t)(len - 1)) : len;
+        if (cut > 0 && !write_rows(c, i, b, 0, cut))
+            return 0;
+        if (cut < len && !write_rows(c, i, b, cut, len - cut))
+            return 0;
+    }
+    return 1;
+}
+
+/* Whether a stored code is the one include/sdpa.h's sdpa_kv_write defines for source x
+ * and scale s: x / s (fp32) rounded to nearest even and saturated, NaN to NaN in fp8 and
+ * 0 in int8/int4, code 0 for a scale that is 0 (or not finite). fp8 is checked by its
+ * spacing at y (the nearest code, ties to the even one) rather than by an encoder. */
+static int code_ok(sdpa_dtype t, int code, float x, float s) {
+    if (!(s != 0.0f && isfinite(s)))
+        return code == 0;
+    const float y = x / s;
+    if (t == SDPA_I8 || t == SDPA_I4) {
+        const float q = qmax_of(t);
+        const float r = isnan(y) ? 0.0f : fminf(fmaxf(nearbyintf(y), -q), q);
+        return code == (int)r;
+    }
+    const double v = code_value(t, code), mx = qmax_of(t);
+    if (isnan(y))
+        return isnan(v);
+    if (fabsf(y) >= mx)
+        return v == copysign(mx, (double)y);
+    const int mb = t == SDPA_FP8_E4M3 ? 3 : 2, emin = t == SDPA_FP8_E4M3 ? -6 : -14;
+    const int e = fabsf(y) < ldexpf(1.0f, emin) ? emin : ilogbf(y);
+    const double half = ldexp(1.0, e - mb - 1), err = fabs(v - (double)y);
+    return err < half || (err == half && (code & 1) == 0);
+}
+
+/* What sdpa_kv_write wrote into cache i, against its source: each key's last writer (an
+ * entry later in the batch overwrites a shared page) per head; computed scales are
+ * fl(amax / Q) (f16: rounded, the largest finite f16 when that overflows), codes by
+ * code_ok, plain rows the source rounded to the cache's dtype; and no byte of the cache
+ * or of computed scales that no row owns was written. 0 and c->pre on a difference. */
+static int check_written(fz_case *c, int i) {
+    const fz_kv *kv = &c->kv[i];
+    const fz_view *w = &c->v[OP_K + i];
+    const sdpa_tensor *t = &w->t;
+    const int64_t D = w->d, H = c->Hkv, P = c->paged ? c->page : c->vTkv;
+    const int64_t nslots = c->paged ? c->npages * P : c->VB * c->vTkv;
+    const int64_t G = kv->group ? kv->group : D;
+    const int bits = t->dtype == SDPA_I4 ? 4 : 8 * (int)kv_unit(t->dtype);
+    const size_t cbytes = (size_t)w->ext * w->es, ses = sc_dtype_size(kv->sc.dtype);
+    int64_t *owner = calloc((size_t)nslots, sizeof(int64_t));
+    uint8_t *mark = calloc(cbytes, 1), *smark = kv->computed ? calloc(kv->sbytes, 1) : NULL;
+    for (int64_t b = 0; b < c->VB; b++)
+        for (int64_t r = 0; r < kv_len(c, b); r++) {
+            const int64_t slot = c->paged ? c->table[b * c->tstride + r / P] * P + r % P
+                                          : b * c->vTkv + r;
+            owner[slot] = b * c->vTkv + r + 1;
+        }
+    const char *what = NULL;
+    int64_t at_b = 0, at_r = 0, at_h = 0, at_d = 0;
+    float *x = malloc((size_t)D * sizeof(float));
+    for (int64_t slot = 0; slot < nslots && !what; slot++) {
+        if (!owner[slot])
+            continue;
+        const int64_t b = (owner[slot] - 1) / c->vTkv, r = (owner[slot] - 1) % c->vTkv;
+        const int64_t pb = slot / P, sl = slot % P;
+        for (int64_t h = 0; h < H && !what; h++) {
+            for (int64_t d = 0; d < D; d++)
+                x[d] = sc_load(kv->src_buf, (size_t)(((b * H + h) * c->vTkv + r) * D + d),
+                               kv->src_dt);
+            const int64_t e = pb * t->stride_b + h * t->stride_h + sl * t->stride_t;
+            memset(mark + e * bits / 8, 1, (size_t)(D * bits / 8));
+            const int64_t se = pb * kv->sc.stride_b + h * kv->sc.stride_h + sl * kv->sc.stride_t;
+            for (int64_t d = 0; d < D && !what; d++) {
+                at_b = b, at_r = r, at_h = h, at_d = d;
+                if (!quantized(t->dtype)) {
+                    float want, got = sc_load(t->data, (size_t)(e + d), t->dtype);
+                    sc_store(&want, 0, t->dtype, x[d]);
+                    want = sc_load(&want, 0, t->dtype);
+                    if (!(isnan(want) ? isnan(got) : memcmp(&want, &got, 4) == 0))
+                        what = "a plain row is not its source rounded to the cache's dtype";
+                    continue;
+                }
+                const float s = sc_load(kv->sc.data, (size_t)(se + d / G), kv->sc.dtype);
+                if (kv->computed && d % G == 0) {
+                    float amax = 0.0f, want;
+                    for (int64_t k = d; k < d + G; k++)
+                        if (isfinite(x[k]) && fabsf(x[k]) > amax)
+                            amax = fabsf(x[k]);
+                    want = amax / qmax_of(t->dtype);
+                    if (kv->sc.dtype == SDPA_F16) {
+                        sc_store(&want, 0, SDPA_F16, want);
+                        want = sc_load(&want, 0, SDPA_F16);
+                        want = isinf(want) ? 65504.0f : want;
+                    }
+                    if (memcmp(&want, &s, 4) != 0)
+                        what = "a computed scale is not fl(amax / Q)";
+                    memset(smark + (size_t)(se + d / G) * ses, 1, ses);
+                }
+                if (!what && !code_ok(t->dtype, read_code(t->dtype, t->data, e + d), x[d], s))
+                    what = "a code is not the source over its scale, rounded and saturated";
+            }
+        }
+    }
+    for (size_t e = 0; e < cbytes && !what; e++)
+        if (!mark[e] && ((const uint8_t *)w->buf)[e] != 0xff)
+            what = "a byte of the cache no row owns was written";
+    for (size_t e = 0; smark && e < kv->sbytes && !what; e++)
+        if (!smark[e] && (uint8_t)kv->sbuf[e] != 0xff)
+            what = "a scale no row owns was written";
+    if (what)
+        snprintf(c->pre, sizeof c->pre, "sdpa_kv_write into %s: %s (entry %lld key %lld head "
+                 "%lld element %lld)", i ? "V" : "K", what, (long long)at_b, (long long)at_r,
+                 (long long)at_h, (long long)at_d);
+    free(owner);
+    free(mark);
+    free(smark);
+    free(x);
+    return what == NULL;
+}
+
+/* A nondivisor of D: one in [2, D) if any, else D + 1. */
+static int64_t nondivisor(int64_t D) {
+    for (int64_t g = 2; g < D; g++)
+        if (D % g)
+            return g;
+    return D + 1;
+}
+
+/* The last call that built a cache, with one argument broken (FZ_KV_WFAULT): it must
+ * fail and write nothing, neither the cache, nor its scales, nor its source or table. */
+static void writer_fault(fz_case *c) {
+    fz_kv *kv = c->kv[0].written ? &c->kv[0] : c->kv[1].written ? &c->kv[1] : NULL;
+    if (c->kv_wfault < 0 || !kv)
+        return;
+    const fz_view *w = &c->v[kv == &c->kv[0] ? OP_K : OP_V];
+    sdpa_kv_write_desc wd = kv->wd;
+    sdpa_tensor src = kv->wsrc, dst = kv->wdst;
+    const int quant = quantized(dst.dtype), paged = wd.pages.block_table != NULL;
+    const uint64_t r = c->seed;
+    int64_t pos[4] = {0, 0, 0, 0};
+    int32_t *tcopy = NULL;
+    int f = c->kv_wfault;
+    if ((f == WF_PAGE_OUT && !paged) || (f == WF_SCALES_SHARED && !(quant && paged)))
+        f = WF_POS_PAST; /* nothing of that kind to break (or no sharing to refuse) */
+    switch (f) {
+    case WF_POS_PAST:
+        for (int64_t b = 0; b < wd.batch; b++)
+            pos[b] = wd.len_kv - wd.len + 1;
+        wd.pos = pos;
+        break;
+    case WF_POS_NEG:
+        pos[wd.batch - 1] = -1 - (int64_t)(r % 3);
+        wd.pos = pos;
+        break;
+    case WF_PAGE_OUT: { /* the page of entry 0's first written row */
+        const int64_t n = (wd.batch - 1) * wd.pages.stride + c->per;
+        tcopy = malloc((size_t)n * sizeof(int32_t));
+        memcpy(tcopy, wd.pages.block_table, (size_t)n * sizeof(int32_t));
+        tcopy[(wd.pos ? wd.pos[0] : 0) / wd.pages.page_size] = r & 1 ? (int32_t)c->npages : -1;
+        wd.pages.block_table = tcopy;
+        break;
+    }
+    case WF_PAGE_SIZE:
+        if (paged)
+            wd.pages.page_size = 0;
+        else
+            wd.len = 0;
+        break;
+    case WF_SRC_IN_CACHE: src.data = dst.data; break;
+    case WF_SCALES_IN_SRC:
+        wd.scales.data = src.data;
+        wd.scales.dtype = SDPA_F32;
+        break;
+    case WF_COMPUTE_BAD: wd.compute_scales = quant ? 2 + (int)(r % 3) : 1; break;
+    case WF_SCALES_SHARED: /* the pool has at least three pages: stride_b 0 shares rows */
+        wd.compute_scales = 1;
+        wd.scales.stride_b = 0;
+        break;
+    case WF_GROUP:
+        if (quant)
+            wd.scales.group = nondivisor(wd.dim);
+        else
+            wd.scales = (sdpa_scales){.data = &c->fault_scale, .dtype = SDPA_F32};
+        break;
+    case WF_ODD_STRIDE:
+        if (dst.dtype == SDPA_I4)
+            dst.stride_t |= 1;
+        else
+            dst.stride_t = -1;
+        break;
+    case WF_SRC_DTYPE: {
+        static const int bad[4] = {SDPA_I8, SDPA_FP8_E4M3, SDPA_I4, 12};
+        src.dtype = (sdpa_dtype)bad[r % 4];
+        break;
+    }
+    case WF_THREADS: wd.num_threads = -1 - (int)(r % 5); break;
+    case WF_TABLE_STRIDE:
+        if (paged && wd.batch > 1)
+            wd.pages.stride = INT64_MAX - (int64_t)(r % 3);
+        else if (paged)
+            wd.pages.stride = -1;
+        else
+            dst.stride_h = -1;
+        break;
+    case WF_NO_SCALES:
+        if (quant)
+            wd.scales.data = NULL;
+        else
+            wd.dim = 0;
+        break;
+    case WF_SCALES_DTYPE:
+        if (quant)
+            wd.scales.dtype = SDPA_BF16;
+        else
+            wd.batch = -1;
+        break;
+    default: { /* WF_CACHE_DTYPE */
+        static const int bad[3] = {7, 50, -1};
+        dst.dtype = (sdpa_dtype)bad[r % 3];
+        break;
+    }
+    }
+    const void *regions[4] = {w->buf, kv->sbuf, kv->src_buf, c->table};
+    const size_t sizes[4] = {(size_t)w->ext * w->es, kv->sbytes,
+                             kv->src_n * sc_dtype_size(kv->src_dt), c->table_bytes};
+    void *copies[4];
+    for (int k = 0; k < 4; k++) {
+        copies[k] = malloc(sizes[k] + 1);
+        if (sizes[k])
+            memcpy(copies[k], regions[k], sizes[k]);
+    }
+    const sdpa_status st = sdpa_kv_write(&wd, &src, &dst);
+    int kept = 1;
+    for (int k = 0; k < 4; k++) {
+        kept &= !sizes[k] || memcmp(copies[k], regions[k], sizes[k]) == 0;
+        free(copies[k]);
+    }
+    if (st == SDPA_OK || !kept)
+        snprintf(c->pre, sizeof c->pre, "writer fault %d on %s: status %d (%s), cache, scales, "
+                 "source and table %s", f, kv == &c->kv[0] ? "K" : "V", st, sdpa_strerror(st),
+                 kept ? "kept" : "WRITTEN");
+    free(tcopy);
+}
+
+/* The caches from their sources (after the injections), each write checked; then the
+ * writer fault. */
+static void build_caches(fz_case *c, uint64_t *rng) {
+    for (int i = 0; i < 2; i++) {
+        const fz_kv *kv = &c->kv[i];
+        if (!kv->cache)
+            continue;
+        if (kv->sc.data)
+            fill_scales(c, i, rng);
+        if (kv->writer && (!write_cache(c, i) || !check_written(c, i)))
+            return;
+    }
+    writer_fault(c);
 }
 
 /* Whether the values are compared: see the header comment. The score bound is what
@@ -733,16 +1446,111 @@ static void apply_fault(fz_case *c) {
         c->o_foreign = 1;
         break;
     case 34: d->compute = 2; break; /* a compute mode no table knows */
-    default: /* 33: a stride that overflows the extent */
-        if (c->vTkv > 1)
+    default: /* 33: a stride that overflows the extent, over a dim of the view (a paged
+                pool's are pages, heads and slots) of more than one element */
+        if (c->v[OP_V].n[2] > 1)
             v->stride_t = INT64_MAX;
-        else if (c->Hkv > 1)
+        else if (c->v[OP_V].n[1] > 1)
             v->stride_h = INT64_MAX;
-        else if (c->VB > 1)
+        else if (c->v[OP_V].n[0] > 1)
             v->stride_b = INT64_MAX;
         else
             d->dim_v = -5;
         break;
+    }
+}
+
+/* One deliberately invalid KV-cache field (FZ_KV_FAULT; decode_kv gave the case what the
+ * fault breaks). */
+static void apply_kv_fault(fz_case *c) {
+    const int f = c->kv_fault;
+    if (f < 0)
+        return;
+    c->expect = EXPECT_FAIL;
+    sdpa_desc *d = &c->desc;
+    sdpa_tensor *q = &c->v[OP_Q].t, *k = &c->v[OP_K].t, *v = &c->v[OP_V].t, *o = &c->v[OP_O].t;
+    sdpa_pages *pg = &d->pages;
+    sdpa_scales *ks = &d->k_scales, *vs = &d->v_scales;
+    const uint64_t r = c->seed;
+    /* a slot entry 0 uses (it has every key) */
+    int32_t *used = c->table ? &c->table[r % (uint64_t)(c->per ? c->per : 1)] : NULL;
+    static const int64_t big[3] = {0, -3, SDPA_MAX_DIM + 1};
+    static const int quant[4] = {SDPA_I8, SDPA_FP8_E4M3, SDPA_FP8_E5M2, SDPA_I4};
+    switch (f) {
+    case KF_PAGE_PAST: *used = (int32_t)c->npages; break;
+    case KF_PAGE_NEG: *used = -1; break;
+    case KF_PAGE_INT32: *used = r & 1 ? INT32_MAX : INT32_MIN; break;
+    case KF_PAGE_SIZE: pg->page_size = big[r % 3]; break;
+    case KF_NUM_PAGES: pg->num_pages = big[r % 3]; break;
+    case KF_TABLE_STRIDE: /* with B = 1 the stride is never multiplied: a negative one */
+        pg->stride = c->B > 1 ? INT64_MAX - (int64_t)(r % 2) * (INT64_MAX / 2) : -1;
+        break;
+    case KF_TABLE_MISALIGNED:
+        pg->block_table = (const int32_t *)(void *)((char *)c->table + 2);
+        break;
+    case KF_PAGED_VARLEN: *pg = (sdpa_pages){c->table, 1, c->vTkv, 1}; break;
+    case KF_LSE_ON_TABLE:
+        if (c->lse) {
+            c->lse = (float *)(void *)c->table;
+        } else {
+            o->data = c->table;
+            c->o_foreign = 1;
+        }
+        break;
+    case KF_K_NO_SCALES: ks->data = NULL; break;
+    case KF_V_NO_SCALES: vs->data = NULL; break;
+    case KF_SCALES_ON_PLAIN:
+        if (quantized(k->dtype))
+            k->dtype = SDPA_F32;
+        else
+            *ks = (sdpa_scales){.data = &c->fault_scale, .dtype = SDPA_F32};
+        break;
+    case KF_GROUP: ks->group = nondivisor(c->Dk); break;
+    case KF_GROUP_NEG: vs->group = -2 * (int64_t)(1 + r % 3); break;
+    case KF_I4_ODD_GROUP: { /* the largest odd divisor of Dv */
+        int64_t g = c->Dv;
+        while (g % 2 == 0)
+            g /= 2;
+        vs->group = g;
+        break;
+    }
+    case KF_I4_ODD_STRIDE: /* odd (wild strides may be INT64_MAX already) */
+        if (r % 3 == 0)
+            v->stride_t |= 1;
+        else if (r % 3 == 1)
+            v->stride_h |= 1;
+        else
+            v->stride_b |= 1;
+        break;
+    case KF_I4_ODD_DIM: d->dim_v -= 1; break;
+    case KF_SCALES_DTYPE: {
+        static const int bad[4] = {SDPA_BF16, SDPA_I8, SDPA_I4, 9};
+        ks->dtype = (sdpa_dtype)bad[r % 4];
+        break;
+    }
+    case KF_SCALES_STRIDE: /* over a dimension of more than one element */
+        if (c->Hkv > 1)
+            ks->stride_h = INT64_MAX;
+        else if (c->v[OP_K].n[0] > 1)
+            ks->stride_b = INT64_MAX / 2 + 1;
+        else if (c->v[OP_K].n[2] > 1)
+            ks->stride_t = (int64_t)1 << 62;
+        else
+            ks->stride_h = -1;
+        break;
+    case KF_SCALES_NEG_STRIDE: vs->stride_t = -1; break;
+    case KF_SCALES_MISALIGNED: ks->data = (const char *)ks->data + 1; break;
+    case KF_O_ON_SCALES:
+        o->data = (void *)(uintptr_t)ks->data;
+        c->o_foreign = 1;
+        break;
+    case KF_Q_QUANT: q->dtype = (sdpa_dtype)quant[r % 4]; break;
+    case KF_O_QUANT: o->dtype = (sdpa_dtype)quant[r % 4]; break;
+    default: { /* KF_KV_DTYPE */
+        static const int bad[3] = {7, -1, 100};
+        (r & 1 ? k : v)->dtype = (sdpa_dtype)bad[r % 3];
+        break;
+    }
     }
 }
 
@@ -839,6 +1647,22 @@ static int describe(const fz_case *c, char *buf, size_t n) {
                     c->alias, c->h[FZ_ALIAS_AT] % 4, c->compare);
 }
 
+/* The KV-cache part of a case, appended to describe()'s. */
+static int describe_kv(const fz_case *c, char *buf, size_t n) {
+    if (!c->kv[0].cache && !c->kv[1].cache && c->kv_fault < 0)
+        return 0;
+    return snprintf(buf, n,
+                    " page=%lld (%lld per entry, %lld pages, stride %lld, bits 0x%02x) "
+                    "kv=%d/%d src=%d/%d writer=%d/%d qscale=%d/%d group=%lld/%lld "
+                    "scales=%d/%d kvfault=%d wfault=%d",
+                    (long long)(c->paged ? c->page : 0), (long long)c->per,
+                    (long long)c->npages, (long long)c->tstride, c->h[FZ_PAGE] & 0xf0,
+                    c->kv[0].st, c->kv[1].st, c->kv[0].src_dt, c->kv[1].src_dt,
+                    c->kv[0].writer, c->kv[1].writer, c->kv[0].qs, c->kv[1].qs,
+                    (long long)c->kv[0].group, (long long)c->kv[1].group, c->kv[0].sc.dtype,
+                    c->kv[1].sc.dtype, c->kv_fault, c->kv_wfault);
+}
+
 /* The values of a successful fused run against the reference. */
 /* sc_close, or under bf16 compute (where the reference computes in the mode too) the
  * mode's error model for these inputs: |v| <= 1 and bounded scores make A_d <= 1 and D
@@ -878,6 +1702,40 @@ static int compare_values(const fz_case *c, const fz_out *a, const fz_out *r, ch
     return 1;
 }
 
+/* K (i = 0) or V as the plain fp32 view [VB, Hkv, vTkv, D] of the values its cache holds,
+ * for the oracle, which reads plain views: each row found through the block table, each
+ * code dequantized by the formats' definitions (code_value: fl(value(code) x scale),
+ * include/sdpa.h), none of it the library's code. Rows past an entry's keys stay 0 (no
+ * one reads them). */
+static float *mirror(const fz_case *c, int i, sdpa_tensor *out) {
+    const fz_kv *kv = &c->kv[i];
+    const sdpa_tensor *t = &c->v[OP_K + i].t;
+    const sdpa_scales *sc = &kv->sc;
+    const int64_t D = c->v[OP_K + i].d, H = c->Hkv, T = c->vTkv, G = kv->group ? kv->group : D;
+    float *m = calloc((size_t)(c->VB * H * T * D), sizeof(float));
+    for (int64_t b = 0; b < c->VB; b++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t r = 0; r < kv_len(c, b); r++) {
+                int64_t pb = b, sl = r;
+                if (c->paged)
+                    pb = c->table[b * c->tstride + r / c->page], sl = r % c->page;
+                const int64_t e = pb * t->stride_b + h * t->stride_h + sl * t->stride_t;
+                const int64_t se = pb * sc->stride_b + h * sc->stride_h + sl * sc->stride_t;
+                float *row = m + ((b * H + h) * T + r) * D;
+                for (int64_t d = 0; d < D; d++) {
+                    if (!quantized(t->dtype)) {
+                        row[d] = sc_load(t->data, (size_t)(e + d), t->dtype);
+                        continue;
+                    }
+                    const int code = read_code(t->dtype, t->data, e + d);
+                    const float value = (float)code_value(t->dtype, code);
+                    row[d] = value * sc_load(sc->data, (size_t)(se + d / G), sc->dtype);
+                }
+            }
+    *out = sdpa_tensor_bhtd(m, SDPA_F32, H, T, D);
+    return m;
+}
+
 /* Largest weights matrix (elements) a case checks: 4 MiB of floats. */
 #define FZ_WEIGHTS_MAX ((int64_t)1 << 20)
 
@@ -910,7 +1768,14 @@ static int check_weights(fz_case *c, char *why, size_t n) {
              sdpa_strerror(st));
         ok = 0;
     }
-    if (ok && !th_oracle(&d, q, k, v, oo, ol, ow)) {
+    /* caches reach the oracle as the plain views of their values */
+    sdpa_desc od = d;
+    sdpa_tensor mk, mv;
+    float *mkb = c->kv[0].cache ? mirror(c, 0, &mk) : NULL;
+    float *mvb = c->kv[1].cache ? mirror(c, 1, &mv) : NULL;
+    od.pages = (sdpa_pages){0};
+    od.k_scales = od.v_scales = (sdpa_scales){0};
+    if (ok && !th_oracle(&od, q, mkb ? &mk : k, mvb ? &mv : v, oo, ol, ow)) {
         fail(why, n, "the oracle ran out of memory");
         ok = 0;
     }
@@ -959,6 +1824,8 @@ static int check_weights(fz_case *c, char *why, size_t n) {
     free(oo);
     free(ol);
     free(ow);
+    free(mkb);
+    free(mvb);
     return ok;
 }
 
@@ -989,6 +1856,11 @@ static int take_snaps(const fz_case *c, snap *s) {
         s[k++] = (snap){c->cuq, lb + sizeof(int64_t), NULL};
     if (c->cukv)
         s[k++] = (snap){c->cukv, lb + sizeof(int64_t), NULL};
+    if (c->table)
+        s[k++] = (snap){c->table, c->table_bytes, NULL};
+    for (int i = 0; i < 2; i++)
+        if (c->kv[i].sbuf)
+            s[k++] = (snap){c->kv[i].sbuf, c->kv[i].sbytes, NULL};
     for (int i = 0; i < k; i++) {
         s[i].copy = malloc(s[i].n);
         memcpy(s[i].copy, s[i].p, s[i].n);
@@ -1004,6 +1876,14 @@ static void free_case(fz_case *c) {
         fz_free(c->lse_buf);
     if (c->mask)
         fz_free(c->mask);
+    if (c->table)
+        fz_free(c->table);
+    for (int i = 0; i < 2; i++) {
+        if (c->kv[i].sbuf)
+            fz_free(c->kv[i].sbuf);
+        if (c->kv[i].src_buf)
+            fz_free(c->kv[i].src_buf);
+    }
     free(c->slopes);
     free(c->sinks);
     free(c->qlens);
@@ -1025,7 +1905,7 @@ static int check(fz_case *c, char *why, size_t n) {
         memset(c->oreg, FILL_A, c->oreg_bytes);
     if (c->lreg)
         memset(c->lreg, FILL_A, c->lreg_bytes);
-    snap snaps[12];
+    snap snaps[16];
     const int nsnap = take_snaps(c, snaps);
     sdpa_stats st;
     memset(&st, 0xEE, sizeof st);
@@ -1198,24 +2078,35 @@ int fz_run(const uint8_t *data, size_t size, sdpa_isa isa, char *msg, size_t msg
     }
 
     decode_shape(c);
+    decode_kv(c);
     decode_lengths(c);
     decode_options(c);
+    decode_pages(c);
     uint64_t rng = c->seed;
     setup_views(c);
+    setup_caches(c);
     for (int op = OP_Q; op <= OP_V; op++)
         fill_view(c, op, &rng);
     make_mask(c, &rng);
     make_heads(c, &rng);
     inject(c);
+    build_caches(c, &rng);
     in_domain(c);
     apply_fault(c);
+    apply_kv_fault(c);
     if (c->out_wild && c->expect == EXPECT_OK)
         c->expect = EXPECT_ANY;
 
     char why[512];
-    const int ok = check(c, why, sizeof why);
+    int ok = 0;
+    if (c->pre[0]) /* the cache was not written as it should be: nothing to run */
+        snprintf(why, sizeof why, "%s", c->pre);
+    else
+        ok = check(c, why, sizeof why);
     if (!ok) {
-        const int k = describe(c, msg, msglen);
+        int k = describe(c, msg, msglen);
+        if (k >= 0 && (size_t)k < msglen)
+            k += describe_kv(c, msg + k, msglen - (size_t)k);
         if (k >= 0 && (size_t)k < msglen)
             snprintf(msg + k, msglen - (size_t)k, ": %s", why);
     }

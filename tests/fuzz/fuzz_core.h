@@ -12,6 +12,11 @@
  * as 0, so every prefix of an input is an input), 8 bytes of data seed (little endian),
  * then any number of 4-byte injections {operand, index lo, index hi, kind} that put
  * special values (NaN, +-inf, subnormals, signed zeros) into the data.
+ *
+ * A 0 in every field from FZ_PAGE on is the case as it was before those fields existed
+ * (plain K and V, no KV fault), so an input written for the shorter header keeps its
+ * meaning once zeros are inserted before its seed (how tests/fuzz/regress was carried
+ * over).
  */
 #ifndef SDPA_FUZZ_CORE_H
 #define SDPA_FUZZ_CORE_H
@@ -59,12 +64,29 @@ enum fz_field {
                     bit 7 guard pages (under AddressSanitizer; always elsewhere), bit 6
                     before the buffer */
     FZ_ALIAS_AT,
+    /* KV caches (include/sdpa.h "KV caches"); K and V are caches when paged or quantized */
+    FZ_PAGE,     /* bits 0-3 page size (0: not paged), bit 4 shared pages, bit 5 a gap after
+                    each block-table row, bit 6 junk in unused table slots, bit 7 each
+                    entry written by two sdpa_kv_write calls (pos) */
+    FZ_KV_DT,    /* bits 0-2 K storage, 3-5 V storage (1 int8, 2 e4m3, 3 e5m2, 4 int4; else
+                    FZ_DTYPE's), bit 6 K scales f16, bit 7 V scales f16 */
+    FZ_QSCALE,   /* bits 0-1 K scale granularity, 2-3 V's (per token computed by
+                    sdpa_kv_write, per head, per tensor, per token given), 4-7 the group */
+    FZ_KV_FAULT, /* 1 .. FZ_KV_NFAULTS: one invalid KV-cache field (0 and above: none) */
+    FZ_KV_WFAULT,/* 1 .. FZ_KV_NWFAULTS: an invalid sdpa_kv_write on the built cache */
     FZ_NFIELDS
 };
 
 /* Deliberate faults (FZ_FAULT values below this); each must make both entry points fail
  * with the outputs untouched. */
 #define FZ_NFAULTS 35
+
+/* Deliberate KV-cache faults (FZ_KV_FAULT - 1 below this): each must make both entry
+ * points fail with the outputs untouched; and faulty sdpa_kv_write calls (FZ_KV_WFAULT
+ * - 1 below FZ_KV_NWFAULTS), each of which must fail with the cache and its scales
+ * untouched. */
+#define FZ_KV_NFAULTS 25
+#define FZ_KV_NWFAULTS 16
 
 /* Bytes of the data seed after the header, and of one injection. */
 #define FZ_SEED_BYTES 8

@@ -122,6 +122,53 @@ static const seed seeds[] = {
     {"weights-nan-key-window", {{FZ_DATA, 2}, {FZ_WINDOW, 2}, {FZ_WL, 4}, {FZ_WR, 1},
                                 {FZ_MASK, 0x02}, {FZ_MASK_HIDDEN, 1}, {FZ_CLASS, 1}, {FZ_TQ, 40},
                                 {FZ_TKV, 70}, END}, 53, {{1, 200, 0, 0}}, 1},
+    /* KV caches: FZ_PAGE's low nibble n picks page sizes 1, 2, 3, 5, 7, 16, 17, 31, 64,
+     * 100, 256, len_kv, len_kv + 5 (n = 1 .. 13); FZ_KV_DT K | V << 3 with 1 int8, 2 e4m3,
+     * 3 e5m2, 4 int4; FZ_QSCALE K | V << 2 with 0 per token (computed), 1 per head,
+     * 2 per tensor, 3 per token (given), the group selector above */
+    {"kv-paged-page1", {{FZ_PAGE, 1}, {FZ_TQ, 5}, {FZ_TKV, 30}, {FZ_CAUSAL, 1}, END}, 60, {{0}}, 0},
+    {"kv-paged-page3-junk-gap-lens", {{FZ_PAGE, 0x63}, {FZ_CLASS, 1}, {FZ_B, 2}, {FZ_LENS, 2},
+                                      {FZ_TQ, 40}, {FZ_TKV, 130}, {FZ_CAUSAL, 1}, END}, 61, {{0}}, 0},
+    {"kv-paged-page17-split-writes-bf16", {{FZ_PAGE, 0x87}, {FZ_DTYPE, 0x28}, {FZ_CLASS, 1},
+                                           {FZ_TQ, 70}, {FZ_TKV, 199}, END}, 62, {{0}}, 0},
+    {"kv-paged-shared-prefix", {{FZ_PAGE, 0x16}, {FZ_B, 1}, {FZ_LENS, 2}, {FZ_TQ, 3},
+                                {FZ_TKV, 60}, {FZ_CAUSAL, 1}, END}, 63, {{0}}, 0},
+    {"kv-page-longer-than-len-kv", {{FZ_PAGE, 13}, {FZ_TQ, 4}, {FZ_TKV, 9}, END}, 64, {{0}}, 0},
+    {"kv-one-key-page1", {{FZ_PAGE, 1}, {FZ_KV_DT, 0x09}, {FZ_TQ, 2}, {FZ_TKV, 0}, END}, 65, {{0}}, 0},
+    {"kv-decode-split-paged-int8", {{FZ_CLASS, 2}, {FZ_HKV, 1}, {FZ_GROUP, 3}, {FZ_TQ, 0},
+                                    {FZ_TKV, 0xdc}, {FZ_TKV_HI, 0x05}, {FZ_PAGE, 6},
+                                    {FZ_KV_DT, 0x09}, {FZ_THREADS, 2}, {FZ_CAUSAL, 1}, END}, 66, {{0}}, 0},
+    {"kv-int8-groups-f16-scales", {{FZ_KV_DT, 0xc9}, {FZ_QSCALE, 0x40}, {FZ_DK, 31}, {FZ_DV, 15},
+                                   {FZ_TQ, 10}, {FZ_TKV, 40}, END}, 67, {{0}}, 0},
+    {"kv-e4m3-per-tensor", {{FZ_KV_DT, 0x12}, {FZ_QSCALE, 0x0a}, {FZ_TQ, 20}, {FZ_TKV, 50}, END}, 68, {{0}}, 0},
+    {"kv-e5m2-per-head-f16", {{FZ_KV_DT, 0xdb}, {FZ_QSCALE, 0x05}, {FZ_HKV, 1}, {FZ_TQ, 10},
+                              {FZ_TKV, 40}, END}, 69, {{0}}, 0},
+    {"kv-int4-groups-padded-paged", {{FZ_KV_DT, 0x24}, {FZ_QSCALE, 0x30}, {FZ_LAYOUT, ALL(2)},
+                                     {FZ_PAGE, 5}, {FZ_DK, 31}, {FZ_DV, 31}, {FZ_CLASS, 1},
+                                     {FZ_TQ, 30}, {FZ_TKV, 100}, END}, 70, {{0}}, 0},
+    {"kv-int8-per-token-given-bthd", {{FZ_KV_DT, 0x09}, {FZ_QSCALE, 0x0f}, {FZ_LAYOUT, ALL(1)},
+                                      {FZ_TQ, 8}, {FZ_TKV, 33}, END}, 71, {{0}}, 0},
+    {"kv-e4m3-k-int4-v-bf16-compute", {{FZ_KV_DT, 0x22}, {FZ_MODS, 0x10}, {FZ_PAGE, 9},
+                                       {FZ_CLASS, 1}, {FZ_TQ, 70}, {FZ_TKV, 150}, {FZ_CAUSAL, 1},
+                                       END}, 72, {{0}}, 0},
+    {"kv-raw-codes-e4m3", {{FZ_DATA, 3}, {FZ_KV_DT, 0x12}, {FZ_PAGE, 3}, {FZ_TQ, 10},
+                           {FZ_TKV, 40}, END}, 73, {{0}}, 0},
+    {"kv-wild-pool-strides", {{FZ_LAYOUT, 0x3c}, {FZ_WILD_K, 0x14}, {FZ_WILD_V, 0x15},
+                              {FZ_PAGE, 4}, {FZ_KV_DT, 0x09}, {FZ_TQ, 6}, {FZ_TKV, 20}, END}, 74, {{0}}, 0},
+    {"kv-fp8-nan-key-window", {{FZ_DATA, 2}, {FZ_KV_DT, 0x12}, {FZ_PAGE, 2}, {FZ_WINDOW, 2},
+                               {FZ_WL, 4}, {FZ_WR, 1}, {FZ_CAUSAL, 1}, {FZ_TQ, 20}, {FZ_TKV, 30},
+                               END}, 75, {{1, 40, 0, 0}, {2, 77, 0, 0}}, 2},
+    {"kv-varlen-quantized", {{FZ_LENS, 4}, {FZ_B, 1}, {FZ_KV_DT, 0x09}, {FZ_TQ, 12}, {FZ_TKV, 40},
+                             {FZ_CAUSAL, 2}, END}, 76, {{0}}, 0},
+    {"kv-mask-sinks-alibi-paged-int8", {{FZ_MASK, 0x02}, {FZ_MASK_HIDDEN, 1}, {FZ_MODS, 3},
+                                        {FZ_PAGE, 8}, {FZ_KV_DT, 0x09}, {FZ_CLASS, 1}, {FZ_TQ, 40},
+                                        {FZ_TKV, 120}, {FZ_CAUSAL, 1}, END}, 77, {{0}}, 0},
+    {"kv-arena-down-paged-int4", {{FZ_ALIAS, 0x18}, {FZ_PAGE, 3}, {FZ_KV_DT, 0x24}, {FZ_DK, 7},
+                                  {FZ_DV, 7}, {FZ_TQ, 6}, {FZ_TKV, 25}, END}, 78, {{0}}, 0},
+    {"kv-guard-before-paged-fp8", {{FZ_ALIAS, 0xc0}, {FZ_PAGE, 6}, {FZ_KV_DT, 0x1a}, {FZ_CLASS, 2},
+                                   {FZ_TQ, 2}, {FZ_TKV, 0x30}, {FZ_TKV_HI, 2}, END}, 79, {{0}}, 0},
+    {"kv-wide-head-e5m2", {{FZ_CLASS, 3}, {FZ_TQ, 4}, {FZ_TKV, 40}, {FZ_DK, 0xff},
+                           {FZ_DK_HI, 0x03}, {FZ_DV, 200}, {FZ_KV_DT, 0x1b}, {FZ_PAGE, 5}, END}, 80, {{0}}, 0},
 };
 
 static void write_input(const char *dir, const char *name, const uint8_t *h, uint64_t data_seed,
@@ -168,6 +215,31 @@ int main(int argc, char **argv) {
         write_input(argv[1], name, h, 100 + (uint64_t)fault, NULL, 0);
         n++;
     }
+    /* every KV-cache fault and every faulty sdpa_kv_write, on a paged int8 K and int4 V
+     * (the faults that need another setup make it); the writer faults also on a plain
+     * cache and on writes split at pos */
+    for (int kind = 0; kind < 2; kind++)
+        for (int fault = 0; fault < (kind ? FZ_KV_NWFAULTS : FZ_KV_NFAULTS); fault++) {
+            uint8_t h[FZ_NFIELDS] = {0};
+            h[FZ_B] = 1, h[FZ_HKV] = 1, h[FZ_TQ] = 6, h[FZ_TKV] = 10, h[FZ_DK] = 31, h[FZ_DV] = 31;
+            h[FZ_FAULT] = 0xff;
+            h[FZ_KV_DT] = 0x21;
+            h[FZ_PAGE] = 3;
+            if (kind) {
+                h[FZ_KV_WFAULT] = (uint8_t)(fault + 1);
+                if (fault == 4 || fault == 11 || fault == 15)
+                    h[FZ_PAGE] = 0;
+                if (fault == 1 || fault == 8 || fault == 13)
+                    h[FZ_PAGE] |= 0x80;
+            } else {
+                h[FZ_KV_FAULT] = (uint8_t)(fault + 1);
+                h[FZ_LENS] = (uint8_t)(fault % 4);
+            }
+            char name[32];
+            snprintf(name, sizeof name, "%s-%02d", kind ? "kvwrite-fault" : "kv-fault", fault);
+            write_input(argv[1], name, h, 200 + (uint64_t)(kind * 50 + fault), NULL, 0);
+            n++;
+        }
     printf("gen-corpus: %d inputs in %s\n", n, argv[1]);
     return 0;
 }
