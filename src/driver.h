@@ -48,6 +48,8 @@ struct sdpa_plan {
     int64_t chunk;        /* split-KV chunk in keys; 0 = no split */
     int64_t nchunks;      /* chunks per item when split, else 1 */
     int64_t units;        /* items * nchunks */
+    int chunk_major;      /* hand an entry's units out chunk by chunk, all its items (KV
+                             heads) at once (schedule.h): paged split-KV decode */
     int64_t finish_units; /* merges (items, when split) + orphan rows (1, under packed
                              varlen with rows no sequence owns) */
     int ldq, lds, ldo;
@@ -164,10 +166,20 @@ void pv_block(const plan *pl, const rows *it, const scratch *w, int ra, int rb, 
 int kv_in_place(const plan *pl, int which);
 /* Keys [j0, j0 + n) of K or V of item it (n >= 1, within the sequence) as the tiles read
  * them: in place, or gathered or dequantized into w->kg / w->vg (see kvcache.c). */
-/* Paged: the run of keys from j (< end) that lies in j's page, up to end; *row is key j's
- * row. Returns its length (>= 1). */
-int64_t kv_segment(const plan *pl, const rows *it, int which, int64_t j, int64_t end,
-                   const char **row);
+/* Keys per run of a quantized cache (kv_run): 16 rows of fp32 at Dk = 128 are 8 KiB, which
+ * stay in L1 between the dequantization and the kernel that reads them. */
+#define KV_RUN_QUANT 16
+/* The run of keys from j (< end) one kernel call takes (paged or quantized K/V): up to
+ * end, the end of j's page, and KV_RUN_QUANT keys if quantized; *row is key j's row as
+ * stored. Returns its length (>= 1). */
+int64_t kv_run(const plan *pl, const rows *it, int which, int64_t j, int64_t end,
+               const char **row);
+/* That run's rows (n keys from j, row from kv_run) as the tiles read them: in place, or
+ * dequantized into w->kg / w->vg. */
+vrows kv_run_rows(const plan *pl, const rows *it, const scratch *w, int which, int64_t j,
+                  int64_t n, const char *row);
+/* Prefetch the rows of the run from j (< end). */
+void kv_prefetch_run(const plan *pl, const rows *it, int which, int64_t j, int64_t end);
 vrows kv_block(const plan *pl, const rows *it, const scratch *w, int which, int64_t j0, int n);
 
 /* ---- finalize.c ---- */

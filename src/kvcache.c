@@ -8,11 +8,13 @@
  * A block of n <= Bc keys reaches the tiles one of four ways:
  *   - in place, as before: a plain view, or a paged one whose block lies in one page
  *     (rows stride_t apart, the dtype as stored);
- *   - in place page by page (kv_segment): decode's qk_rows and the unmasked pv of a
- *     paged, unquantized cache run once per page the block crosses. Both are exact per
- *     key in key order (qk_rows computes each score alone; pv adds keys one at a time
- *     after the one rescale, which only the first call applies), so the bits are those
- *     of one call on contiguous rows;
+ *   - run by run (kv_run): decode's qk_rows and the unmasked pv take the block in runs,
+ *     each one call: a page of a paged fp32/16-bit cache in place, or at most
+ *     KV_RUN_QUANT quantized rows dequantized into scratch that stays in L1 (a whole
+ *     block of fp32 K and V rows, 64 KiB at Dk = Dv = 128, would not). Both kernels are
+ *     exact per key in key order (qk_rows computes each score alone; pv adds keys one at
+ *     a time after the one rescale, which only the first call applies), so the bits are
+ *     those of one call on the whole block;
  *   - gathered: a paged block that crosses pages is copied row by row, as stored, into
  *     n x D scratch (the values are untouched, so paged and contiguous calls give the
  *     same bits);
@@ -25,28 +27,95 @@
 #include "../kernels/convert.h"
 #include "driver.h"
 
+/* Element index of the first scale of key row j (see sdpa_kv_row). */
+static int64_t scale_index(const sdpa_problem *p, const sdpa_scales *sc, int64_t b, int64_t hk,
+                           int64_t kv0, int64_t j) {
+    if (p->pages.block_table) {
+        const int64_t P = p->pages.page_size;
+        return (int64_t)p->pages.block_table[b * p->pages.stride + j / P] * sc->stride_b +
+               hk * sc->stride_h + (j % P) * sc->stride_t;
+    }
+    return b * sc->stride_b + hk * sc->stride_h + (kv0 + j) * sc->stride_t;
+}
+
 void sdpa_kv_row_scales(const sdpa_problem *p, int which, int64_t b, int64_t hk, int64_t kv0,
                         int64_t j, float *out) {
     const sdpa_scales *sc = which ? &p->vsc : &p->ksc;
     const int64_t D = which ? p->Dv : p->Dk, ng = D / sc->group;
-    int64_t e;
-    if (p->pages.block_table) {
-        const int64_t P = p->pages.page_size;
-        e = (int64_t)p->pages.block_table[b * p->pages.stride + j / P] * sc->stride_b +
-            hk * sc->stride_h + (j % P) * sc->stride_t;
-    } else {
-        e = b * sc->stride_b + hk * sc->stride_h + (kv0 + j) * sc->stride_t;
-    }
+    const int64_t e = scale_index(p, sc, b, hk, kv0, j);
     for (int64_t g = 0; g < ng; g++)
         out[g] = sdpa_load_as_f32(sc->data, e + g, sc->dtype);
 }
 
-int64_t kv_segment(const plan *pl, const rows *it, int which, int64_t j, int64_t end,
-                   const char **row) {
+/* Keys from j to the end of j's page (or to end), the rows one address step apart. */
+static int64_t page_run(const sdpa_problem *p, int64_t j, int64_t end) {
+    if (!p->pages.block_table)
+        return end - j;
+    return min64(end, (j / p->pages.page_size + 1) * p->pages.page_size) - j;
+}
+
+int64_t kv_run(const plan *pl, const rows *it, int which, int64_t j, int64_t end,
+               const char **row) {
     const sdpa_problem *p = &pl->p;
-    const int64_t P = p->pages.page_size;
     *row = sdpa_kv_row(p, which, it->b, it->hk, it->seq.kv0, j);
-    return min64(end, (j / P + 1) * P) - j;
+    const int64_t n = page_run(p, j, end);
+    return sdpa_dtype_quantized(which ? p->vt : p->kt) ? min64(n, KV_RUN_QUANT) : n;
+}
+
+/* Rows [j, j + n) of a quantized K or V (one run, or a block) dequantized into dst, rows
+ * D apart, page run by page run (within one, rows and their scales are a stride apart):
+ * a row's scales are read for each row, or once in all when they do not change with the
+ * token (per tensor, per head). */
+static void dequant_rows(const plan *pl, const rows *it, const scratch *w, int which, int64_t j,
+                         int n, float *dst) {
+    const sdpa_problem *p = &pl->p;
+    const sdpa_dtype dt = which ? p->vt : p->kt;
+    const int64_t D = which ? p->Dv : p->Dk;
+    const sdpa_scales *sc = which ? &p->vsc : &p->ksc;
+    const int64_t ng = D / sc->group;
+    const int64_t step = (which ? p->vs : p->ks)[2] * sdpa_kv_bits(dt) / 8;
+    const int per_row = sc->stride_t != 0 || (p->pages.block_table && sc->stride_b != 0);
+    for (int64_t r0 = 0; r0 < n;) {
+        const int64_t len = page_run(p, j + r0, j + n);
+        const char *row = sdpa_kv_row(p, which, it->b, it->hk, it->seq.kv0, j + r0);
+        const int64_t se = scale_index(p, sc, it->b, it->hk, it->seq.kv0, j + r0);
+        for (int64_t r = 0; r < len; r++) {
+            if (r0 + r == 0 || per_row)
+                for (int64_t g = 0; g < ng; g++)
+                    w->qsc[g] = sdpa_load_as_f32(sc->data, se + r * sc->stride_t + g, sc->dtype);
+            /* len > 1 only within a page of two rows or more, which bounds the step */
+            pl->kt->dequant((int)D, row + (len > 1 ? r * step : 0), dt, w->qsc, (int)sc->group,
+                            dst + (size_t)(r0 + r) * (size_t)D);
+        }
+        r0 += len;
+    }
+}
+
+vrows kv_run_rows(const plan *pl, const rows *it, const scratch *w, int which, int64_t j,
+                  int64_t n, const char *row) {
+    const sdpa_problem *p = &pl->p;
+    const sdpa_dtype dt = which ? p->vt : p->kt;
+    if (!sdpa_dtype_quantized(dt))
+        return (vrows){row, (which ? p->vs : p->ks)[2], dt};
+    float *dst = which ? w->vg : w->kg;
+    dequant_rows(pl, it, w, which, j, (int)n, dst);
+    return (vrows){(const char *)dst, which ? p->Dv : p->Dk, SDPA_F32};
+}
+
+void kv_prefetch_run(const plan *pl, const rows *it, int which, int64_t j, int64_t end) {
+    const sdpa_problem *p = &pl->p;
+    const char *row;
+    const int64_t n = kv_run(pl, it, which, j, end, &row);
+    const sdpa_dtype dt = which ? p->vt : p->kt;
+    const int64_t rowb = (which ? p->Dv : p->Dk) * sdpa_kv_bits(dt) / 8;
+    /* n > 1 only within a page of two rows or more (kv_run), which bounds the step */
+    const int64_t step = n > 1 ? (which ? p->vs : p->ks)[2] * sdpa_kv_bits(dt) / 8 : 0;
+    /* the run's rows, at most SDPA_PREFETCH_AHEAD bytes (a quantized run is 16 short rows:
+     * all of it; a page of fp32 rows: its first 4 KiB, as the driver's block heads) */
+    int64_t budget = SDPA_PREFETCH_AHEAD;
+    for (int64_t r = 0; r < n && budget > 0; r++)
+        for (int64_t off = 0; off < rowb && budget > 0; off += 64, budget -= 64)
+            __builtin_prefetch(row + r * step + off, 0, 3); /* 64-byte lines: x86-64, arm64 */
 }
 
 int kv_in_place(const plan *pl, int which) {
@@ -71,7 +140,6 @@ vrows kv_block(const plan *pl, const rows *it, const scratch *w, int which, int6
                    bytes);
         return (vrows){dst, D, dt};
     }
-    const sdpa_scales *sc = which ? &p->vsc : &p->ksc;
     float *dst = which ? w->vg : w->kg;
     /* Ask for every line of the block's rows before dequantizing the first: a row of
      * codes is a few lines (128 int8 codes: 2), too short for the hardware prefetchers
@@ -83,13 +151,6 @@ vrows kv_block(const plan *pl, const rows *it, const scratch *w, int which, int6
         for (size_t off = 0; off < rowb; off += 64) /* 64-byte lines: x86-64, arm64 */
             __builtin_prefetch(row + off, 0, 3);
     }
-    /* scales that do not change from row to row (per tensor, per head) are read once */
-    const int per_row = sc->stride_t != 0 || (p->pages.block_table && sc->stride_b != 0);
-    for (int j = 0; j < n; j++) {
-        if (j == 0 || per_row)
-            sdpa_kv_row_scales(p, which, it->b, it->hk, it->seq.kv0, j0 + j, w->qsc);
-        const char *row = j == 0 ? first : sdpa_kv_row(p, which, it->b, it->hk, it->seq.kv0, j0 + j);
-        pl->kt->dequant((int)D, row, dt, w->qsc, (int)sc->group, dst + (size_t)j * (size_t)D);
-    }
+    dequant_rows(pl, it, w, which, j0, n, dst);
     return (vrows){(const char *)dst, D, SDPA_F32};
 }

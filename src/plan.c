@@ -170,6 +170,12 @@ void plan_init(plan *pl, const sdpa_kernels *kt, const sdpa_problem *p, int mode
         }
     }
     pl->units = pl->items * pl->nchunks;
+    /* A paged pool keeps one page's keys of every KV head side by side (the common
+     * layouts, sdpa.h): a head's run of a page is a few KiB, and the hardware prefetcher
+     * streaming past its end fetches the next head's. Taking a chunk of all heads at once
+     * uses those lines while they are in cache instead of reading them again later
+     * (decode-long-paged16, docs/PERFORMANCE.md "KV caches"). */
+    pl->chunk_major = p->pages.block_table != NULL && pl->nchunks > 1;
     const int orphans = mode == PLAN_FORWARD && p->cu_q && p->cu_q[p->B] < p->Tq;
     pl->finish_units = (pl->chunk ? pl->items : 0) + orphans;
     pl->scratch_bytes = scratch_layout(pl, NULL, NULL);

@@ -31,12 +31,18 @@ typedef struct sched_entry {
 int schedule_order(const plan *pl, sched_entry *ord);
 
 /* The unit handed out k-th under order ord (NULL: the plan order). Every entry has
- * units / B units, contiguous in the plan's numbering. */
+ * units / B units, contiguous in the plan's numbering: (item, chunk) pairs, item-major;
+ * a plan with chunk_major hands them out chunk-major instead (see plan.c). */
 static inline int64_t schedule_unit(const plan *pl, const sched_entry *ord, int64_t k) {
-    if (!ord)
-        return k;
     const int64_t per = pl->units / pl->p.B;
-    return ord[k / per].b * per + k % per;
+    int64_t b = k / per, r = k % per;
+    if (ord)
+        b = ord[b].b;
+    if (pl->chunk_major) {
+        const int64_t items = per / pl->nchunks;
+        r = r % items * pl->nchunks + r / items;
+    }
+    return b * per + r;
 }
 
 /* The plan sdpa_forward makes for desc on table kt, with views of storage dtypes dt[4]

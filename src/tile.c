@@ -126,19 +126,6 @@ static void prefetch_head(const char *base, int64_t ld, int n, size_t bytes) {
         }
 }
 
-/* prefetch_head for the page of keys from j (< end) of K (which 0) or V (1). */
-static void prefetch_page_head(const plan *pl, const rows *it, int which, int64_t j,
-                               int64_t end) {
-    const sdpa_problem *p = &pl->p;
-    const char *row;
-    const int64_t len = kv_segment(pl, it, which, j, end, &row);
-    const sdpa_dtype dt = which ? p->vt : p->kt;
-    const size_t es = sdpa_dtype_size(dt);
-    /* one row's stride is unbounded (see run_keys): used only for two rows or more */
-    prefetch_head(row, len > 1 ? (which ? p->vs : p->ks)[2] * (int64_t)es : 0, (int)len,
-                  (size_t)(which ? p->Dv : p->Dk) * es);
-}
-
 /* S rows [ra, rb) = scale Q K^T for the n keys of the block kv (caller memory, or the
  * block gathered by kv_block): K rows read in place by qk_rows for plans of few rows,
  * else packed by pack_k for qk.
@@ -150,15 +137,16 @@ static void block_scores(const plan *pl, const rows *it, const scratch *w, const
     const sdpa_problem *p = &pl->p;
     const sdpa_kernels *kt = pl->kt;
     float *s = w->s + (size_t)ra * (size_t)pl->lds;
-    if (kv == NULL) { /* paged fp32/16-bit K on qk_rows: page by page, in place */
+    if (kv == NULL) { /* paged or quantized K on qk_rows: run by run (kvcache.c) */
         const float *q = w->q + (size_t)ra * (size_t)pl->ldq;
         for (int64_t j = j0; j < j0 + n;) {
             const char *row;
-            const int64_t len = kv_segment(pl, it, 0, j, j0 + n, &row);
+            const int64_t len = kv_run(pl, it, 0, j, j0 + n, &row);
             if (j + len < j0 + n) /* the next page: no hardware prefetcher finds it */
-                prefetch_page_head(pl, it, 0, j + len, j0 + n);
-            kt->qk_rows(rb - ra, (int)len, (int)p->Dk, p->scale, q, pl->ldq, row, p->ks[2],
-                        p->kt, s + (j - j0), pl->lds);
+                kv_prefetch_run(pl, it, 0, j + len, j0 + n);
+            const vrows k = kv_run_rows(pl, it, w, 0, j, len, row);
+            kt->qk_rows(rb - ra, (int)len, (int)p->Dk, p->scale, q, pl->ldq, k.v, k.ld, k.dt,
+                        s + (j - j0), pl->lds);
             j += len;
         }
         return;
@@ -198,13 +186,14 @@ static void block_pv(const plan *pl, const rows *it, const scratch *w, int ra, i
     const sdpa_problem *p = &pl->p;
     const int Dv = (int)p->Dv;
     float *s = w->s + (size_t)ra * (size_t)pl->lds;
-    if (v == NULL) { /* paged fp32/16-bit V, nothing masked: page by page, in place */
+    if (v == NULL) { /* paged or quantized V, nothing masked: run by run (kvcache.c) */
         for (int64_t j = j0; j < j0 + n;) {
             const char *row;
-            const int64_t len = kv_segment(pl, it, 1, j, j0 + n, &row);
+            const int64_t len = kv_run(pl, it, 1, j, j0 + n, &row);
             if (j + len < j0 + n)
-                prefetch_page_head(pl, it, 1, j + len, j0 + n);
-            pl->kt->pv(rb - ra, (int)len, Dv, s + (j - j0), pl->lds, row, p->vs[2], p->vt,
+                kv_prefetch_run(pl, it, 1, j + len, j0 + n);
+            const vrows vr = kv_run_rows(pl, it, w, 1, j, len, row);
+            pl->kt->pv(rb - ra, (int)len, Dv, s + (j - j0), pl->lds, vr.v, vr.ld, vr.dt,
                        j == j0 ? w->alpha + ra : NULL, w->o + (size_t)ra * (size_t)pl->ldo,
                        pl->ldo);
             j += len;
@@ -277,11 +266,10 @@ void run_keys(const plan *pl, const rows *it, const scratch *w, int64_t ja, int6
     /* K and V in place (plain views): row addresses from the bases; else kv_block
      * gathers or dequantizes each block (kvcache.c) */
     const int kin = kv_in_place(pl, 0), vin = forward && kv_in_place(pl, 1);
-    /* paged fp32/16-bit K and V in place page by page where the kernels allow it: qk_rows
+    /* paged or quantized K and V run by run where the kernels allow it (kvcache.c): qk_rows
      * (decode) for K, the unmasked pv for V, not in the bf16 mode (which rounds blocks) */
-    const int paged = p->pages.block_table != NULL && !pl->bf16;
-    const int kseg = paged && pl->k_in_place && !sdpa_dtype_quantized(p->kt);
-    const int vseg = paged && forward && !sdpa_dtype_quantized(p->vt);
+    const int kseg = !kin && pl->k_in_place && !pl->bf16;
+    const int vseg = forward && !vin && !pl->bf16;
     const size_t kes = sdpa_dtype_size(p->kt), ves = vin ? sdpa_dtype_size(p->vt) : 0;
     const char *kbase = kin ? sdpa_kv_row(p, 0, it->b, it->hk, it->seq.kv0, 0) : NULL;
     const char *vbase = vin ? sdpa_kv_row(p, 1, it->b, it->hk, it->seq.kv0, 0) : NULL;
@@ -319,6 +307,8 @@ void run_keys(const plan *pl, const rows *it, const scratch *w, int64_t ja, int6
              * stride's bytes (validate.c); a single row's stride is unbounded (INT64_MAX
              * passes, multiplied by 0) and would overflow here, so it is not used */
             prefetch_head(v.v, n > 1 ? p->vs[2] * (int64_t)ves : 0, n, (size_t)Dv * ves);
+        } else if (vseg) { /* the first run of V, as prefetch_head above: before QK^T */
+            kv_prefetch_run(pl, it, 1, j0, j1);
         }
         const vrows k = kin    ? (vrows){kbase + (size_t)(j0 * p->ks[2]) * kes, p->ks[2], p->kt}
                         : kseg ? (vrows){NULL, 0, SDPA_F32}
@@ -333,7 +323,9 @@ void run_keys(const plan *pl, const rows *it, const scratch *w, int64_t ja, int6
         }
         kt->softmax(rb - ra, n, w->s + (size_t)ra * (size_t)pl->lds, pl->lds, w->m + ra,
                     w->l + ra, w->alpha + ra);
-        if (j1 < jb && kin)
+        if (j1 < jb && kseg) /* the next block's first run of K, as below */
+            kv_prefetch_run(pl, it, 0, j1, min64(jb, j1 + pl->bc));
+        else if (j1 < jb && kin)
             prefetch_head(kbase + (size_t)(j1 * p->ks[2]) * kes, p->ks[2] * (int64_t)kes,
                           (int)min64(jb - j1, pl->bc), (size_t)Dk * kes);
         if (p->dropout_p != 0.0f)
