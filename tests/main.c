@@ -116,8 +116,9 @@ int main(int argc, char **argv) {
         }
         run[nrun++] = isa;
         if (!(sdpa_isa_lookup(isa)->own & (1u << SDPA_COMPUTE_F32)))
-            printf("isa %-7s runs the ukernel, bf16, kvcache and fuzzcases suites only: its fp32 tiles are "
-                   "%s's\n", sdpa_isa_name(isa), sdpa_isa_name(sdpa_isa_lookup(isa)->base));
+            printf("isa %-7s runs the ukernel, bf16, kvcache and fuzzcases suites only: its "
+                   "fp32 tiles are %s's\n",
+                   sdpa_isa_name(isa), sdpa_isa_name(sdpa_isa_lookup(isa)->base));
     }
     if (only_isa && nrun == 0) {
         fprintf(stderr, "--isa %s: not usable here\n", only_isa);
