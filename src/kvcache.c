@@ -73,18 +73,20 @@ static void dequant_rows(const plan *pl, const rows *it, const scratch *w, int w
     const int64_t D = which ? p->Dv : p->Dk;
     const sdpa_scales *sc = which ? &p->vsc : &p->ksc;
     const int64_t ng = D / sc->group;
-    const int64_t step = (which ? p->vs : p->ks)[2] * sdpa_kv_bits(dt) / 8;
+    const int64_t ld = (which ? p->vs : p->ks)[2];
     const int per_row = sc->stride_t != 0 || (p->pages.block_table && sc->stride_b != 0);
     for (int64_t r0 = 0; r0 < n;) {
         const int64_t len = page_run(p, j + r0, j + n);
         const char *row = sdpa_kv_row(p, which, it->b, it->hk, it->seq.kv0, j + r0);
         const int64_t se = scale_index(p, sc, it->b, it->hk, it->seq.kv0, j + r0);
+        /* len > 1 only within a page (or view) of two rows or more, which bounds the row
+         * stride's bytes (validate.c); one row's stride is unbounded and never used */
+        const int64_t step = len > 1 ? ld * sdpa_kv_bits(dt) / 8 : 0;
         for (int64_t r = 0; r < len; r++) {
             if (r0 + r == 0 || per_row)
                 for (int64_t g = 0; g < ng; g++)
                     w->qsc[g] = sdpa_load_as_f32(sc->data, se + r * sc->stride_t + g, sc->dtype);
-            /* len > 1 only within a page of two rows or more, which bounds the step */
-            pl->kt->dequant((int)D, row + (len > 1 ? r * step : 0), dt, w->qsc, (int)sc->group,
+            pl->kt->dequant((int)D, row + r * step, dt, w->qsc, (int)sc->group,
                             dst + (size_t)(r0 + r) * (size_t)D);
         }
         r0 += len;

@@ -158,22 +158,22 @@ static void quantized(void) {
             for (int shape = 0; shape < 3; shape++) {
                 if (th_quick && (d + s + shape) % 3 != 0) /* --quick: one shape each */
                     continue;
-                sc_case c = {.B = 2, .Hq = 4, .Hkv = 2, .Dk = 128, .Dv = 64,
+                sc_case c = {.B = 2, .Hq = 4, .Hkv = 2, .Dk = 64, .Dv = 64,
                              .dt = {SDPA_F32, dts[d], dts[(d + s) % N(dts)], SDPA_F32},
                              .qscale = scales[s].qs, .qgroup = scales[s].group,
                              .qscale_dt = scales[s].sdt, .layout = (d + s) % 3,
                              .seed = seed_of(d, s, shape)};
                 if (shape == 0) { /* decode */
                     c.Tq = 1;
-                    c.Tkv = 777;
+                    c.Tkv = 333;
                     c.lens = SC_LENS_KV;
                 } else if (shape == 1) { /* prefill, causal, with a softcap */
-                    c.Tq = c.Tkv = 150;
+                    c.Tq = c.Tkv = 100;
                     c.causal = 1;
                     c.softcap = 20.0f;
                 } else { /* chunked prefill, bf16 compute, paged */
                     c.Tq = 40;
-                    c.Tkv = 260;
+                    c.Tkv = 200;
                     c.causal = 1;
                     c.compute = SDPA_COMPUTE_BF16;
                     c.page = 16;
