@@ -116,8 +116,14 @@ void kv_prefetch_run(const plan *pl, const rows *it, int which, int64_t j, int64
      * all of it; a page of fp32 rows: its first 4 KiB, as the driver's block heads) */
     int64_t budget = SDPA_PREFETCH_AHEAD;
     for (int64_t r = 0; r < n && budget > 0; r++)
-        for (int64_t off = 0; off < rowb && budget > 0; off += 64, budget -= 64)
-            __builtin_prefetch(row + r * step + off, 0, 3); /* 64-byte lines: x86-64, arm64 */
+        for (int64_t off = 0; off < rowb && budget > 0; off += 64, budget -= 64) {
+            /* 64-byte lines (x86-64, arm64), into L1 or L2 as internal.h's
+             * sdpa_prefetch_l1 says for this core (the driver's block heads do the same) */
+            if (sdpa_prefetch_l1)
+                __builtin_prefetch(row + r * step + off, 0, 3);
+            else
+                __builtin_prefetch(row + r * step + off, 0, 2);
+        }
 }
 
 int kv_in_place(const plan *pl, int which) {
@@ -150,8 +156,12 @@ vrows kv_block(const plan *pl, const rows *it, const scratch *w, int which, int6
     const size_t rowb = (size_t)(D * sdpa_kv_bits(dt) / 8);
     for (int j = 0; j < n; j++) {
         const char *row = j == 0 ? first : sdpa_kv_row(p, which, it->b, it->hk, it->seq.kv0, j0 + j);
-        for (size_t off = 0; off < rowb; off += 64) /* 64-byte lines: x86-64, arm64 */
-            __builtin_prefetch(row + off, 0, 3);
+        for (size_t off = 0; off < rowb; off += 64) { /* as kv_prefetch_run */
+            if (sdpa_prefetch_l1)
+                __builtin_prefetch(row + off, 0, 3);
+            else
+                __builtin_prefetch(row + off, 0, 2);
+        }
     }
     dequant_rows(pl, it, w, which, j0, n, dst);
     return (vrows){(const char *)dst, D, SDPA_F32};
