@@ -112,9 +112,12 @@ void kv_prefetch_run(const plan *pl, const rows *it, int which, int64_t j, int64
     const int64_t rowb = (which ? p->Dv : p->Dk) * sdpa_kv_bits(dt) / 8;
     /* n > 1 only within a page of two rows or more (kv_run), which bounds the step */
     const int64_t step = n > 1 ? (which ? p->vs : p->ks)[2] * sdpa_kv_bits(dt) / 8 : 0;
-    /* the run's rows, at most SDPA_PREFETCH_AHEAD bytes (a quantized run is 16 short rows:
-     * all of it; a page of fp32 rows: its first 4 KiB, as the driver's block heads) */
-    int64_t budget = SDPA_PREFETCH_AHEAD;
+    /* the run's rows, at most 8 KiB: all of a quantized run (16 short rows) or of a
+     * 16-token page of fp32 rows. Only the first 4 KiB of a page (the driver's block-head
+     * rule) left paged fp32 decode at 47 ms against 36 ms for the whole page
+     * (decode-long-paged16, docs/PERFORMANCE.md "KV caches"): a page run is short and
+     * nothing else fetches its second half early. */
+    int64_t budget = 2 * SDPA_PREFETCH_AHEAD;
     for (int64_t r = 0; r < n && budget > 0; r++)
         for (int64_t off = 0; off < rowb && budget > 0; off += 64, budget -= 64) {
             /* 64-byte lines (x86-64, arm64), into L1 or L2 as internal.h's
