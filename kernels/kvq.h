@@ -42,8 +42,8 @@ static inline float kvq_fp8_one(uint8_t c, int mbits, int bias) {
     const uint32_t e = a >> mbits, m = a & ((1u << mbits) - 1u);
     if (mbits == 3 && a == 0x7fu)
         return kvq_bits(sign | 0x7fc00000u);
-    if (mbits == 2 && e == 31u)
-        return kvq_bits(sign | 0x7f800000u | (m ? 0x400000u : 0u));
+    if (mbits == 2 && e == 31u) /* a NaN as binary16's widening gives it: quiet, m kept */
+        return kvq_bits(sign | 0x7f800000u | (m ? 0x400000u | m << 21 : 0u));
     if (e)
         return kvq_bits(((a << (23 - mbits)) + ((uint32_t)(127 - bias) << 23)) | sign);
     const float sub = (float)m * kvq_bits((uint32_t)(127 + 1 - bias - mbits) << 23);
@@ -82,6 +82,22 @@ static inline float kvq_one(sdpa_dtype dt, const unsigned char *row, int64_t e) 
         const __m128i b_ = _mm_loadl_epi64((const __m128i *)(const void *)(p));            \
         (out) = (kvq_u32)_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b_, b_));                  \
     } while (0)
+#define KVQ_FP8_HALF(out, p, E4M3)                                                          \
+    do {                                                                                   \
+        const __m128i b_ = _mm_loadu_si128((const __m128i *)(const void *)(p));            \
+        const __m256i h_ = (E4M3) ? _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(b_), 7), \
+                                                     _mm256_set1_epi16((short)0xbf80))     \
+                                  : _mm256_slli_epi16(_mm256_cvtepu8_epi16(b_), 8);        \
+        __m512 f_ = _mm512_cvtph_ps(h_);                                                   \
+        if (E4M3) {                                                                        \
+            const __mmask16 nan_ = _mm_cmpeq_epi8_mask(                                    \
+                _mm_and_si128(b_, _mm_set1_epi8(0x7f)), _mm_set1_epi8(0x7f));              \
+            f_ = _mm512_castsi512_ps(_mm512_mask_ternarylogic_epi32(                        \
+                _mm512_castps_si512(_mm512_mul_ps(f_, _mm512_set1_ps(256.0f))), nan_,      \
+                _mm512_set1_epi32(INT32_MIN), _mm512_set1_epi32(0x7fc00000), 0xea));       \
+        }                                                                                  \
+        (out) = (kvq_f32)f_;                                                               \
+    } while (0)
 #elif defined(__AVX2__)
 #include <immintrin.h>
 #define KVQ_LANES 8
@@ -96,6 +112,24 @@ static inline float kvq_one(sdpa_dtype dt, const unsigned char *row, int64_t e) 
         memcpy(&w_, (p), sizeof w_);                                                       \
         const __m128i b_ = _mm_cvtsi32_si128(w_);                                          \
         (out) = (kvq_u32)_mm256_cvtepu8_epi32(_mm_unpacklo_epi8(b_, b_));                  \
+    } while (0)
+#define KVQ_FP8_HALF(out, p, E4M3)                                                          \
+    do {                                                                                   \
+        const __m128i b_ = _mm_loadl_epi64((const __m128i *)(const void *)(p));            \
+        const __m128i h_ = (E4M3) ? _mm_and_si128(_mm_slli_epi16(_mm_cvtepi8_epi16(b_), 7), \
+                                                  _mm_set1_epi16((short)0xbf80))           \
+                                  : _mm_slli_epi16(_mm_cvtepu8_epi16(b_), 8);              \
+        __m256 f_ = _mm256_cvtph_ps(h_);                                                   \
+        if (E4M3) {                                                                        \
+            const __m256 nan_ = _mm256_castsi256_ps(_mm256_cvtepi8_epi32(           \
+                _mm_cmpeq_epi8(_mm_and_si128(b_, _mm_set1_epi8(0x7f)), _mm_set1_epi8(0x7f)))); \
+            f_ = _mm256_mul_ps(f_, _mm256_set1_ps(256.0f));                                \
+            const __m256 qn_ = _mm256_or_ps(                                               \
+                _mm256_and_ps(f_, _mm256_castsi256_ps(_mm256_set1_epi32(INT32_MIN))),      \
+                _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000)));                       \
+            f_ = _mm256_blendv_ps(f_, qn_, nan_);                                          \
+        }                                                                                  \
+        (out) = (kvq_f32)f_;                                                               \
     } while (0)
 #elif defined(__ARM_NEON)
 #include <arm_neon.h>
@@ -140,48 +174,76 @@ typedef float kvq_f32 __attribute__((vector_size(4 * KVQ_LANES)));
             r_ = KVQ_SELECT(a_ == 0x7fu, sign_ | 0x7fc00000u, r_);                         \
         else                                                                               \
             r_ = KVQ_SELECT(e_ == 31u,                                                     \
-                            sign_ | 0x7f800000u | ((kvq_u32)(m_ != 0u) & 0x400000u), r_);  \
+                            sign_ | 0x7f800000u | ((kvq_u32)(m_ != 0u) & (0x400000u | m_ << 21)), r_); \
         (out) = (kvq_f32)r_;                                                               \
     } while (0)
+#endif
+
+#ifdef KVQ_LANES
+/* value(code) of elements [i, i + nv) of a row stored as dt (quantized), 1 <= nv <=
+ * KVQ_LANES, in lanes [0, nv) and 0 in the rest, without reading past element i + nv - 1:
+ * a whole register of codes is read in place, a shorter tail through a zeroed local copy
+ * (code 0 is the value 0 in every format). The fused tiles (kernels/x86/tiles.h) and
+ * kvq_span below both decode through it, so they give the same values. i is even for
+ * SDPA_I4 (two codes per byte, the even one in the low nibble). */
+static inline kvq_f32 kvq_codes(sdpa_dtype dt, const unsigned char *row, int64_t i, int nv) {
+    const unsigned char *p = row + (dt == SDPA_I4 ? i / 2 : i);
+    unsigned char tail[KVQ_LANES];
+    if (nv < KVQ_LANES) {
+        memset(tail, 0, sizeof tail);
+        memcpy(tail, p, dt == SDPA_I4 ? (size_t)(nv + 1) / 2 : (size_t)nv);
+        p = tail;
+    }
+    kvq_u32 c;
+    kvq_f32 v;
+    switch (dt) {
+    case SDPA_I8:
+        KVQ_WIDEN(c, p, 1);
+        v = __builtin_convertvector((kvq_i32)c, kvq_f32);
+        break;
+    case SDPA_I4: { /* byte i / 2 in lane i; the even lane takes its low nibble */
+        kvq_u32 shift;
+        for (int l = 0; l < KVQ_LANES; l++)
+            shift[l] = 4u * (uint32_t)(l % 2);
+        KVQ_WIDEN_DUP(c, p);
+        v = __builtin_convertvector((kvq_i32)(((c >> shift) & 15u) ^ 8u) - 8, kvq_f32);
+        break;
+    }
+#ifdef KVQ_FP8_HALF
+    case SDPA_FP8_E4M3:
+        KVQ_FP8_HALF(v, p, 1);
+        break;
+    default: /* SDPA_FP8_E5M2 */
+        KVQ_FP8_HALF(v, p, 0);
+        break;
+#else
+    case SDPA_FP8_E4M3:
+        KVQ_WIDEN(c, p, 0);
+        KVQ_FP8(v, c, 3, 7);
+        break;
+    default: /* SDPA_FP8_E5M2 */
+        KVQ_WIDEN(c, p, 0);
+        KVQ_FP8(v, c, 2, 15);
+        break;
+#endif
+    }
+    return v;
+}
 #endif
 
 /* Elements [d0, d0 + n) of a row stored as dt, times scale s, into out[0 .. n). */
 static inline void kvq_span(sdpa_dtype dt, const unsigned char *row, int64_t d0, int n, float s,
                             float *out) {
-    int d = 0;
 #ifdef KVQ_LANES
-    for (; d + KVQ_LANES <= n; d += KVQ_LANES) {
-        const unsigned char *p = row + d0 + d;
-        kvq_u32 c;
-        kvq_f32 v;
-        switch (dt) {
-        case SDPA_I8:
-            KVQ_WIDEN(c, p, 1);
-            v = __builtin_convertvector((kvq_i32)c, kvq_f32);
-            break;
-        case SDPA_I4: { /* byte i / 2 in lane i; the even lane takes its low nibble */
-            kvq_u32 shift;
-            for (int i = 0; i < KVQ_LANES; i++)
-                shift[i] = 4u * (uint32_t)(i % 2);
-            KVQ_WIDEN_DUP(c, row + (d0 + d) / 2);
-            v = __builtin_convertvector((kvq_i32)(((c >> shift) & 15u) ^ 8u) - 8, kvq_f32);
-            break;
-        }
-        case SDPA_FP8_E4M3:
-            KVQ_WIDEN(c, p, 0);
-            KVQ_FP8(v, c, 3, 7);
-            break;
-        default: /* SDPA_FP8_E5M2 */
-            KVQ_WIDEN(c, p, 0);
-            KVQ_FP8(v, c, 2, 15);
-            break;
-        }
-        v = v * s;
-        memcpy(out + d, &v, sizeof v);
+    for (int d = 0; d < n; d += KVQ_LANES) {
+        const int nv = n - d < KVQ_LANES ? n - d : KVQ_LANES;
+        const kvq_f32 v = kvq_codes(dt, row, d0 + d, nv) * s;
+        memcpy(out + d, &v, (size_t)nv * sizeof(float));
     }
-#endif
-    for (; d < n; d++)
+#else
+    for (int d = 0; d < n; d++)
         out[d] = kvq_one(dt, row, d0 + d) * s;
+#endif
 }
 
 /* out[0 .. dim) = the row at `row` (dtype dt, quantized) dequantized with the fp32

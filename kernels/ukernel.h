@@ -61,6 +61,11 @@
  * were slower (docs/PERFORMANCE.md, "Kernel measurements"). */
 #define SDPA_PREFETCH_AHEAD 4096
 
+/* The scale groups qk_rows_q and pv_q take besides one per row: multiples of this, a
+ * multiple of every table's vector length (16 floats on AVX-512, 8 on AVX2, 4 on NEON),
+ * so a vector of elements never straddles two scales. */
+#define SDPA_QGROUP_VEC 16
+
 typedef struct sdpa_kernels {
     sdpa_isa isa;      /* which ISA this table is */
     const char *name;  /* sdpa_isa_name(isa) */
@@ -116,6 +121,27 @@ typedef struct sdpa_kernels {
     void (*dequant)(int dim, const void *row, sdpa_dtype dt, const float *sc, int group,
                     float *out);
 
+    /* ---- quantized K and V read in place (optional: NULL in a table without them) ------
+     * qk_rows and pv on the rows of a quantized cache (dt SDPA_I8, SDPA_FP8_E4M3,
+     * SDPA_FP8_E5M2 or SDPA_I4), each element decoded and scaled in registers: element d
+     * of row j is fl(value(code) * sc[j * ldsc + d / group]), the bits `dequant` gives, and
+     * the results are bit for bit those of `dequant` into fp32 rows followed by this
+     * table's qk_rows / pv on them (same per-score and per-element operation order; only
+     * a NaN's payload may differ, as the compiler orders two NaN operands), so the driver
+     * may use either. Rows are ldb BYTES apart (caller memory: byte-aligned,
+     * read only up to the last element of the last row); sc is fp32, caller memory or
+     * scratch, any 4-byte alignment, ldsc >= 0 floats between rows (0: every row has the
+     * same scales). group is the row length (one scale per row) or a multiple of
+     * SDPA_QGROUP_VEC that divides it. A driver that takes them decodes a quantized cache
+     * once per element, in the kernel that multiplies it, instead of writing fp32 rows to
+     * scratch and reading them back. */
+    void (*qk_rows_q)(int m, int n, int dk, float scale, const float *q, int ldq,
+                      const void *k, int64_t ldkb, sdpa_dtype dt, const float *sc,
+                      int64_t ldsc, int group, float *s, int lds);
+    void (*pv_q)(int m, int n, int dv, const float *p, int ldp, const void *v, int64_t ldvb,
+                 sdpa_dtype dt, const float *sc, int64_t ldsc, int group, const float *alpha,
+                 float *o, int ldo);
+
     /* ---- bf16 compute (SDPA_COMPUTE_BF16, include/sdpa.h) ----------------------------
      * Set by the tables whose registry row computes the mode (src/dispatch.c), NULL in
      * the others. Operands enter the products as bf16 (fp32 and f16 rounded to nearest
@@ -150,7 +176,7 @@ typedef struct sdpa_kernels {
 
 /* Number of function pointers in a table; the registry (src/dispatch.c) checks that each
  * composed table sets every one its modes need. */
-#define SDPA_KERNELS_NFUNCS 11
+#define SDPA_KERNELS_NFUNCS 13
 _Static_assert(sizeof(sdpa_kernels) ==
                    offsetof(sdpa_kernels, pack_k) + SDPA_KERNELS_NFUNCS * sizeof(void (*)(void)),
                "SDPA_KERNELS_NFUNCS must count the function pointers of sdpa_kernels");

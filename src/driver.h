@@ -54,6 +54,8 @@ struct sdpa_plan {
                              varlen with rows no sequence owns) */
     int ldq, lds, ldo;
     int k_in_place;       /* QK^T by qk_rows on K in place, not pack_k + qk */
+    int kq_fused, vq_fused; /* quantized K (V) of decode runs read by qk_rows_q (pv_q),
+                               not dequantized into scratch (kvcache.c, kv_fused) */
     int bf16;             /* SDPA_COMPUTE_BF16: Q, K, V and P enter the products as bf16 */
     int bf16_tiles;       /* ... through the table's bf16 tiles (pack_k_bf16 + qk_bf16,
                              pack_v_bf16 + pv_bf16), not the fp32 ones on rounded operands */
@@ -85,7 +87,7 @@ typedef struct scratch {
                                  rounded to bf16, row-major */
     float *kg, *vg;           /* paged or quantized K / V: a block of rows gathered as
                                  stored, or dequantized to fp32 (kvcache.c) */
-    float *qsc;               /* one quantized row's scales, fp32 */
+    float *qsc;               /* one quantized row's scales, fp32, or a fused run's */
     float *m, *l, *alpha, *tmp;
     float *wts;            /* nchunks floats: the merge's coefficients */
     float *lses;           /* nchunks floats: one row's partial lse values */
@@ -170,14 +172,30 @@ int kv_in_place(const plan *pl, int which);
  * stay in L1 between the dequantization and the kernel that reads them. */
 #define KV_RUN_QUANT 16
 /* The run of keys from j (< end) one kernel call takes (paged or quantized K/V): up to
- * end, the end of j's page, and KV_RUN_QUANT keys if quantized; *row is key j's row as
- * stored. Returns its length (>= 1). */
+ * end, the end of j's page, and KV_RUN_QUANT keys if quantized and dequantized into
+ * scratch (not kv_fused); *row is key j's row as stored. Returns its length (>= 1). */
 int64_t kv_run(const plan *pl, const rows *it, int which, int64_t j, int64_t end,
                const char **row);
 /* That run's rows (n keys from j, row from kv_run) as the tiles read them: in place, or
  * dequantized into w->kg / w->vg. */
 vrows kv_run_rows(const plan *pl, const rows *it, const scratch *w, int which, int64_t j,
                   int64_t n, const char *row);
+/* 1 if the plan reads K (which 0) or V (1) through the table's fused quantized kernels
+ * (qk_rows_q, pv_q): a quantized cache, a plan of few rows (k_in_place), fp32 compute,
+ * and scale groups those kernels take (the row, or multiples of SDPA_QGROUP_VEC). */
+int kv_fused(const plan *pl, int which);
+/* A run of a quantized cache as qk_rows_q / pv_q read it: rows ldb bytes apart, their
+ * fp32 scales (caller memory when stored as fp32, else converted into w->qsc) ldsc
+ * floats apart, one per `group` elements. */
+typedef struct qrows {
+    const char *v;
+    int64_t ldb;
+    const float *sc;
+    int64_t ldsc;
+    int group;
+} qrows;
+qrows kv_run_qrows(const plan *pl, const rows *it, const scratch *w, int which, int64_t j,
+                   int64_t n, const char *row);
 /* Prefetch the rows of the run from j (< end). */
 void kv_prefetch_run(const plan *pl, const rows *it, int which, int64_t j, int64_t end);
 vrows kv_block(const plan *pl, const rows *it, const scratch *w, int which, int64_t j0, int n);

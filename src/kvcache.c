@@ -59,7 +59,39 @@ int64_t kv_run(const plan *pl, const rows *it, int which, int64_t j, int64_t end
     const sdpa_problem *p = &pl->p;
     *row = sdpa_kv_row(p, which, it->b, it->hk, it->seq.kv0, j);
     const int64_t n = page_run(p, j, end);
-    return sdpa_dtype_quantized(which ? p->vt : p->kt) ? min64(n, KV_RUN_QUANT) : n;
+    const int staged = sdpa_dtype_quantized(which ? p->vt : p->kt) &&
+                       !(which ? pl->vq_fused : pl->kq_fused);
+    return staged ? min64(n, KV_RUN_QUANT) : n;
+}
+
+int kv_fused(const plan *pl, int which) {
+    const sdpa_problem *p = &pl->p;
+    const sdpa_scales *sc = which ? &p->vsc : &p->ksc;
+    const int64_t D = which ? p->Dv : p->Dk;
+    const int has = which ? pl->kt->pv_q != NULL : pl->kt->qk_rows_q != NULL;
+    return sdpa_dtype_quantized(which ? p->vt : p->kt) && has && pl->k_in_place && !pl->bf16 &&
+           (sc->group == D || sc->group % SDPA_QGROUP_VEC == 0);
+}
+
+qrows kv_run_qrows(const plan *pl, const rows *it, const scratch *w, int which, int64_t j,
+                   int64_t n, const char *row) {
+    const sdpa_problem *p = &pl->p;
+    const sdpa_dtype dt = which ? p->vt : p->kt;
+    const sdpa_scales *sc = which ? &p->vsc : &p->ksc;
+    const int64_t ng = (which ? p->Dv : p->Dk) / sc->group;
+    /* n > 1 only within a page (or view) of two rows or more, which bounds the row and
+     * scale strides (validate.c); one row's strides are unbounded and never used */
+    const int64_t ldb = n > 1 ? (which ? p->vs : p->ks)[2] * sdpa_kv_bits(dt) / 8 : 0;
+    const int per_row = n > 1 && sc->stride_t != 0; /* a run lies in one page */
+    const int64_t se = scale_index(p, sc, it->b, it->hk, it->seq.kv0, j);
+    if (sc->dtype == SDPA_F32)
+        return (qrows){row, ldb, (const float *)sc->data + se, per_row ? sc->stride_t : 0,
+                       (int)sc->group};
+    const int64_t nr = per_row ? n : 1;
+    for (int64_t r = 0; r < nr; r++)
+        for (int64_t g = 0; g < ng; g++)
+            w->qsc[r * ng + g] = sdpa_load_as_f32(sc->data, se + r * sc->stride_t + g, sc->dtype);
+    return (qrows){row, ldb, w->qsc, per_row ? ng : 0, (int)sc->group};
 }
 
 /* Rows [j, j + n) of a quantized K or V (one run, or a block) dequantized into dst, rows

@@ -89,7 +89,10 @@ static size_t scratch_layout(const plan *pl, char *base, scratch *w) {
     CARVE(vb, uint16_t, vb);
     CARVE(kg, float, kg);
     CARVE(vg, float, vg);
-    CARVE(qsc, float, quant ? (size_t)max64(p->Dk, p->Dv) : 0);
+    /* a row's scales (dequant_rows), or a fused run's: <= Bc rows of one scale per row or
+     * per SDPA_QGROUP_VEC elements at least, converted from f16 (kv_run_qrows) */
+    const size_t dmax = (size_t)max64(p->Dk, p->Dv);
+    CARVE(qsc, float, quant ? (dmax > bc * (dmax / SDPA_QGROUP_VEC + 1) ? dmax : bc * (dmax / SDPA_QGROUP_VEC + 1)) : 0);
     CARVE(s, float, br * (size_t)pl->lds);
     CARVE(o, float, br * (size_t)pl->ldo);
     CARVE(m, float, br);
@@ -145,6 +148,8 @@ void plan_init(plan *pl, const sdpa_kernels *kt, const sdpa_problem *p, int mode
      * arithmetic: a product of two bf16 values is exact in fp32) */
     pl->bf16 = p->compute == SDPA_COMPUTE_BF16;
     pl->bf16_tiles = pl->bf16 && kt->qk_bf16 != NULL && !pl->k_in_place;
+    pl->kq_fused = kv_fused(pl, 0);
+    pl->vq_fused = pl->mode == PLAN_FORWARD && kv_fused(pl, 1);
     pl->ldqb = (int)round_up((size_t)p->Dk, 32);
     /* S holds a block padded to the packing's key multiple */
     size_t scols = round_up((size_t)kt->bc, (size_t)kt->kp_align);

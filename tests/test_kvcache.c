@@ -12,7 +12,8 @@
  *     arithmetic definitions (src/reference.c code_value), not by kernels/kvq.h, at every
  *     scale granularity (per tensor, head, token, group of 32 / 64), in fp32 and f16;
  *   - every table's dequant is bit-exact on all 256 codes of each 8-bit format and all
- *     16 int4 codes;
+ *     16 int4 codes, and its fused quantized kernels (qk_rows_q, pv_q), where it has
+ *     them, give the bits of dequant followed by qk_rows / pv;
  *   - sdpa_kv_write rounds to nearest even, saturates, keeps NaN in fp8, packs int4 low
  *     nibble first, and writes exactly the rows it is asked to (paged or not);
  *   - bad block tables, page sizes, scales, groups, dtypes and strides are refused with
@@ -235,6 +236,94 @@ static void dequant_codes(void) {
         }
 }
 
+/* 1 if a[0 .. n) and b[0 .. n) hold the same bits, or NaN both (which NaN an operation
+ * returns when two operands are NaN depends on their order, which the compiler picks). */
+static int same_floats(const float *a, const float *b, int n) {
+    for (int i = 0; i < n; i++)
+        if (memcmp(&a[i], &b[i], sizeof(float)) != 0 && !(isnan(a[i]) && isnan(b[i])))
+            return 0;
+    return 1;
+}
+
+/* qk_rows_q and pv_q, where the table has them, against its dequant into fp32 rows
+ * followed by its qk_rows / pv: the same bits, NaN payloads aside (kernels/ukernel.h),
+ * for every format, one
+ * scale per row and groups of multiples of SDPA_QGROUP_VEC, scales shared by all rows
+ * (ldsc 0) or per row, head dims with vector tails, 1 to 11 rows (one or two passes of
+ * every tile), misaligned rows whose last byte is followed by an unmapped page. */
+static void fused_quantized(void) {
+    const sdpa_kernels *kt = sdpa_isa_lookup(th_isa)->kernels;
+    if (!kt->qk_rows_q || !kt->pv_q)
+        return;
+    static const sdpa_dtype dts[] = {SDPA_I8, SDPA_FP8_E4M3, SDPA_FP8_E5M2, SDPA_I4};
+    static const int dims[] = {8, 24, 64, 80, 128, 256}, ms[] = {1, 4, 8, 11, 3, 6},
+                     ns[] = {1, 5, 64, 17, 2};
+    uint64_t st = 777;
+    int cases = 0;
+    for (int d = 0; d < N(dts); d++)
+        for (int di = 0; di < N(dims); di++)
+            for (int gsel = 0; gsel < 4; gsel++) {
+                const int D = dims[di], group = gsel == 0 ? D : 16 << (gsel - 1);
+                if (group > D || D % group != 0 || (gsel > 0 && group == D))
+                    continue;
+                for (int sm = 0; sm < 3; sm++, cases++) {
+                    const int m = ms[cases % N(ms)], n = ns[cases % N(ns)], ng = D / group;
+                    const int64_t ldsc = sm == 0 ? 0 : sm == 1 ? ng : ng + 3;
+                    const int64_t rowb = dts[d] == SDPA_I4 ? D / 2 : D;
+                    const int64_t ldb = rowb + (cases % 3) * 5;
+                    const size_t cbytes = (size_t)((n - 1) * ldb + rowb);
+                    const int ldq = (D + 15) / 16 * 16, lds = (n + 15) / 16 * 16;
+                    unsigned char *codes = th_alloc(cbytes, SC_GUARD_AFTER);
+                    float *sc = th_alloc(sizeof(float) * (size_t)(ldsc * (n - 1) + ng), SC_GUARD_AFTER);
+                    float *q = th_alloc(sizeof(float) * (size_t)(m * ldq), SC_GUARD_NONE);
+                    float *deq = th_alloc(sizeof(float) * (size_t)(n * D), SC_GUARD_NONE);
+                    float *s1 = th_alloc(sizeof(float) * (size_t)(m * lds), SC_GUARD_NONE);
+                    float *s2 = th_alloc(sizeof(float) * (size_t)(m * lds), SC_GUARD_NONE);
+                    float *o1 = th_alloc(sizeof(float) * (size_t)(m * ldq), SC_GUARD_NONE);
+                    float *o2 = th_alloc(sizeof(float) * (size_t)(m * ldq), SC_GUARD_NONE);
+                    float alpha[16];
+                    for (size_t i = 0; i < cbytes; i++)
+                        codes[i] = (unsigned char)sc_rand_u64(&st);
+                    for (int64_t i = 0; i < ldsc * (n - 1) + ng; i++)
+                        sc[i] = sc_rand_float(&st) * 2.0f;
+                    for (int i = 0; i < m * ldq; i++)
+                        q[i] = o1[i] = sc_rand_float(&st);
+                    memcpy(o2, o1, sizeof(float) * (size_t)(m * ldq));
+                    for (int r = 0; r < m; r++)
+                        alpha[r] = 0.5f + 0.5f * sc_rand_float(&st);
+                    for (int j = 0; j < n; j++)
+                        kt->dequant(D, codes + j * ldb, dts[d], sc + j * ldsc, group, deq + j * D);
+                    kt->qk_rows_q(m, n, D, 0.125f, q, ldq, codes, ldb, dts[d], sc, ldsc, group, s1,
+                                  lds);
+                    kt->qk_rows(m, n, D, 0.125f, q, ldq, deq, D, SDPA_F32, s2, lds);
+                    int sbad = 0, obad = 0;
+                    for (int r = 0; r < m; r++)
+                        sbad += !same_floats(s1 + r * lds, s2 + r * lds, n);
+                    /* P: the scores made probabilities' size; alpha on odd cases only */
+                    for (int i = 0; i < m * lds; i++)
+                        s1[i] = fabsf(s2[i]) < 1.0f ? fabsf(s2[i]) : 0.25f;
+                    const float *al = cases % 2 ? alpha : NULL;
+                    kt->pv_q(m, n, D, s1, lds, codes, ldb, dts[d], sc, ldsc, group, al, o1, ldq);
+                    kt->pv(m, n, D, s1, lds, deq, D, SDPA_F32, al, o2, ldq);
+                    for (int r = 0; r < m; r++)
+                        obad += !same_floats(o1 + r * ldq, o2 + r * ldq, D);
+                    CHECK(sbad == 0 && obad == 0,
+                          "%s fused dtype %d D %d group %d ldsc %lld m %d n %d: %d score rows, "
+                          "%d O rows differ from dequant + qk_rows / pv",
+                          sdpa_isa_name(th_isa), dts[d], D, group, (long long)ldsc, m, n, sbad,
+                          obad);
+                    sc_free(codes);
+                    sc_free(sc);
+                    sc_free(q);
+                    sc_free(deq);
+                    sc_free(s1);
+                    sc_free(s2);
+                    sc_free(o1);
+                    sc_free(o2);
+                }
+            }
+}
+
 /* sdpa_kv_write: codes and scales against hand-computed ones. */
 static void writer(void) {
     /* int8, one row of 8 with a computed fp32 scale: amax 2.54 -> scale 0.02,
@@ -429,6 +518,7 @@ void suite_kvcache(void) {
     const int own = (sdpa_isa_lookup(th_isa)->own & (1u << SDPA_COMPUTE_F32)) != 0;
     if (own) { /* fp32-compute cases, and the table's own dequant */
         dequant_codes();
+        fused_quantized();
         paged_split();
         shared_pages();
     }

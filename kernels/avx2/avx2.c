@@ -21,13 +21,13 @@
 /* qk_rows runs in passes of QKR_MR = 4 rows (qkr_4rows, the rest by qkr_1row ..
  * qkr_3rows): its 8 accumulators, the K and Q slices and the tree's vectors fit 16
  * registers. */
-enum { PV_CMAX = 2, PV_WIDE_CMAX = 2, PV_PF_WHOLE_ROWS = 1, QKR_MR = 4 };
+/* pv_q's chunks of a quantized V: 2 vectors, as pv's, in pvq tiles of 6 rows. */
+enum { PV_CMAX = 2, PV_WIDE_CMAX = 2, PVQ_CMAX = 2, PV_PF_WHOLE_ROWS = 1, QKR_MR = 4 };
 
 /* softmax's exp loop unrolled by Bc / VL = 64 / 8 vectors: one block row of scores. */
 #define UNROLL_BC _Pragma("GCC unroll 8")
 
 #include "../x86/tiles.h"
-#include "../kvq.h"
 
 static void pv_chunk(int nv, const pv_chunk_args *a) {
     if (nv == 1) /* a lone 8-wide chunk: Dv <= 8 or the last of an odd count */
@@ -36,6 +36,12 @@ static void pv_chunk(int nv, const pv_chunk_args *a) {
         pv_6x2v(a);
 }
 
+static void pvq_chunk(int nv, const pv_chunk_args *a) {
+    if (nv == 1)
+        pvq_6x1v(a);
+    else
+        pvq_6x2v(a);
+}
 
 /* Br = 96, a multiple of every row tile (12, 6), and near Bc = 64, which the skip
  * counters' tests assume. */
@@ -43,4 +49,5 @@ const sdpa_kernels sdpa_kernels_avx2 = {
     .isa = SDPA_ISA_AVX2, .name = "avx2", .br = 96, .bc = 64, .kp_align = VL,
     .pack_k = x86_pack_k, .qk = qk_6x2v, .qk_rows = x86_qk_rows,
     .softmax = x86_softmax, .pv = x86_pv, .vexp = x86_vexp, .dequant = kvq_dequant,
+    .qk_rows_q = x86_qk_rows_q, .pv_q = x86_pv_q,
 };

@@ -24,13 +24,14 @@
  * own columns. Measurements: docs/PERFORMANCE.md, "Kernel measurements". */
 /* qk_rows runs in passes of QKR_MR = 8 rows (qkr_8rows, the rest by qkr_1row ..
  * qkr_7rows): a GQA group of 8 heads reads K once. */
-enum { PV_CMAX = 4, PV_WIDE_CMAX = 8, PV_PF_WHOLE_ROWS = 0, QKR_MR = 8 };
+/* pv_q's chunks of a quantized V: up to 3 vectors, so a pvq tile of 8 rows (a whole GQA
+ * group) keeps 24 accumulators and decodes each V vector once per key. */
+enum { PV_CMAX = 4, PV_WIDE_CMAX = 8, PVQ_CMAX = 3, PV_PF_WHOLE_ROWS = 0, QKR_MR = 8 };
 
 /* softmax's exp loop unrolled by Bc / VL = 64 / 16 vectors: one block row of scores. */
 #define UNROLL_BC _Pragma("GCC unroll 4")
 
 #include "../x86/tiles.h"
-#include "../kvq.h"
 
 /* 24 accumulators where the rows allow (tiles.h gives each tile's budget). */
 static void pv_chunk(int nv, const pv_chunk_args *a) {
@@ -48,6 +49,15 @@ static void pv_chunk(int nv, const pv_chunk_args *a) {
     }
 }
 
+static void pvq_chunk(int nv, const pv_chunk_args *a) {
+    switch (nv) {
+    case 1: pvq_8x1v(a); return;
+    case 2: pvq_8x2v(a); return;
+    default: /* x86_pv_q: a chunk has 1..PVQ_CMAX = 3 vectors */
+        pvq_8x3v(a);
+        return;
+    }
+}
 
 /* Br = 96, a multiple of every row tile (12, 8, 6, 4, 3), and near Bc = 64, which the
  * skip counters' tests assume. */
@@ -55,4 +65,5 @@ const sdpa_kernels sdpa_kernels_avx512 = {
     .isa = SDPA_ISA_AVX512, .name = "avx512", .br = 96, .bc = 64, .kp_align = VL,
     .pack_k = x86_pack_k, .qk = qk_12x2v, .qk_rows = x86_qk_rows,
     .softmax = x86_softmax, .pv = x86_pv, .vexp = x86_vexp, .dequant = kvq_dequant,
+    .qk_rows_q = x86_qk_rows_q, .pv_q = x86_pv_q,
 };

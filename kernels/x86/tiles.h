@@ -2,7 +2,8 @@
  * tiles.h - the x86 tile functions, written once for every x86 vector width: pack_k, the
  * qk and qk_rows register tiles, softmax, the pv register tiles and pv's chunking, the
  * vector exp, and their helpers (widening loads, the reduction trees; the transpose is
- * kernels/x86/transpose.h's).
+ * kernels/x86/transpose.h's); qk_rows and pv also read quantized K/V rows in place,
+ * decoded with kernels/kvq.h (qk_rows_q, pv_q).
  * kernels/avx2/avx2.c and kernels/avx512/avx512.c each compile it with their own -m
  * flags, after their vector layer (kernels/x86/vec_avx2.h, vec_avx512.h), and build
  * their table from what it defines.
@@ -11,9 +12,10 @@
  * file and never on its own, and names no instruction. Everything it needs of the ISA
  * comes from the vector layer (the vector vf of VL floats, loads and stores with masked
  * tails, 16-bit widening, shuffles, the ISA steps of the exp). The including file
- * defines, before the #include, pv's chunking constants PV_CMAX, PV_WIDE_CMAX and
- * PV_PF_WHOLE_ROWS, qk_rows' rows per pass QKR_MR and the UNROLL_BC pragma, and after it
- * `pv_chunk`, its choice of pv register tile for each chunk width. The meaning of each
+ * defines, before the #include, pv's chunking constants PV_CMAX, PV_WIDE_CMAX, PVQ_CMAX
+ * and PV_PF_WHOLE_ROWS, qk_rows' rows per pass QKR_MR and the UNROLL_BC pragma, and after
+ * it `pv_chunk` and `pvq_chunk`, its choice of pv and pvq register tile for each chunk
+ * width. The meaning of each
  * function is the contract of kernels/ukernel.h (the same as kernels/scalar/scalar.c,
  * not the same bits: FMA contraction, this exp, another summation order); it knows
  * nothing of masks, heads or threads. Every tail (keys, rows, head dims not multiples of
@@ -46,6 +48,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../kvq.h"
 #include "transpose.h"
 
 /* A register tile: its own function, never inlined into its caller, so its accumulators
@@ -67,6 +70,29 @@ ALWAYS_INLINE vf load_dt(const void *row, int i, sdpa_dtype dt, vtail t) {
     if (dt == SDPA_BF16)
         return v_widen_bf16(v_load_u16((const uint16_t *)row + i, t));
     return v_load_tail((const float *)row + i, t);
+}
+
+/* 1 for the quantized storage types (a compile-time constant wherever dt is one). */
+ALWAYS_INLINE int dt_quant(sdpa_dtype dt) {
+    return dt == SDPA_I8 || dt == SDPA_I4 || dt == SDPA_FP8_E4M3 || dt == SDPA_FP8_E5M2;
+}
+
+/* Bytes of n elements stored as dt (n even for SDPA_I4, two codes per byte). */
+ALWAYS_INLINE size_t dt_bytes(sdpa_dtype dt, size_t n) {
+    if (dt == SDPA_I4)
+        return n / 2;
+    return dt_quant(dt) ? n : n * elem_bytes(dt);
+}
+
+/* The lanes t, the first nt of them, of a row stored as dt from element i, as fp32: the
+ * 16-bit and fp32 types widened (load_dt), a quantized type decoded (kvq.h) and
+ * multiplied by its scale sv, fl(value(code) * scale) as `dequant` gives it. Lanes
+ * outside t are 0, also when the scale is inf or NaN. */
+ALWAYS_INLINE vf load_kv(const char *row, int i, sdpa_dtype dt, vtail t, int nt, vf sv) {
+    if (!dt_quant(dt))
+        return load_dt(row, i, dt, t);
+    const vf x = (vf)kvq_codes(dt, (const unsigned char *)row, i, nt) * sv;
+    return nt < VL ? v_keep(t, x) : x;
 }
 
 /* a + b, or max(a, b) when is_max (a compile-time constant). */
@@ -276,40 +302,51 @@ TILE void qk_6x2v(int m, int n, int dk, float scale, const float *q, int ldq, co
 /* The dot products of R query rows with NK = 1 or 2 keys (rows of K, read in place) as
  * lane-wise partial sums: t[r * VL + i] for key i gets sum over VL-element slices of
  * Q[r] * K[key]; the last slice is masked (caller memory, and Q's padding is off limits).
+ * A quantized K (qk_rows_q) is decoded slice by slice and scaled by its group's scale
+ * (sc0, sc1: the keys' scales; group dk or a multiple of VL, so a slice lies in one
+ * group and only the row's last group can end in a masked slice); the slices run in the
+ * same order either way, so a key's sum is the one over its dequantized row.
  * Two keys share each Q slice load: per slice 2 K loads (16-bit K: conversions besides)
  * and R Q loads feed 2 R FMAs. v_pin keeps the Q slice in a register: folded into both
  * FMAs it would be loaded twice, and the kernel is load-bound already
  * (docs/PERFORMANCE.md, "Kernel measurements"). */
 ALWAYS_INLINE void qkr_keys(const int R, const int NK, const sdpa_dtype dt, int dk,
-                            const float *q, int ldq, const char *k0, const char *k1, vf *t) {
+                            const float *q, int ldq, const char *k0, const char *k1,
+                            const float *sc0, const float *sc1, int group, vf *t) {
     vf c0[QKR_ROWS_MAX], c1[QKR_ROWS_MAX];
     UNROLL_FULL
     for (int r = 0; r < R; r++)
         c0[r] = c1[r] = v_zero();
-    int d0 = 0;
-    for (; d0 + VL <= dk; d0 += VL) {
-        const vf x0 = load_dt(k0, d0, dt, v_full());
-        const vf x1 = NK > 1 ? load_dt(k1, d0, dt, v_full()) : x0;
-        UNROLL_FULL
-        for (int r = 0; r < R; r++) {
-            vf qv = v_loadu(q + (size_t)r * (size_t)ldq + d0);
-            if (NK > 1)
-                qv = v_pin(qv);
-            c0[r] = v_fmadd(qv, x0, c0[r]);
-            if (NK > 1)
-                c1[r] = v_fmadd(qv, x1, c1[r]);
+    const int gl = dt_quant(dt) ? group : dk;
+    for (int g0 = 0, gi = 0; g0 < dk; g0 += gl, gi++) {
+        const vf s0 = dt_quant(dt) ? v_bcast(sc0 + gi) : v_zero();
+        const vf s1 = dt_quant(dt) && NK > 1 ? v_bcast(sc1 + gi) : s0;
+        const int ge = g0 + gl;
+        int d0 = g0;
+        for (; d0 + VL <= ge; d0 += VL) {
+            const vf x0 = load_kv(k0, d0, dt, v_full(), VL, s0);
+            const vf x1 = NK > 1 ? load_kv(k1, d0, dt, v_full(), VL, s1) : x0;
+            UNROLL_FULL
+            for (int r = 0; r < R; r++) {
+                vf qv = v_loadu(q + (size_t)r * (size_t)ldq + d0);
+                if (NK > 1)
+                    qv = v_pin(qv);
+                c0[r] = v_fmadd(qv, x0, c0[r]);
+                if (NK > 1)
+                    c1[r] = v_fmadd(qv, x1, c1[r]);
+            }
         }
-    }
-    if (d0 < dk) {
-        const vtail mk = v_tail(dk - d0);
-        const vf x0 = load_dt(k0, d0, dt, mk);
-        const vf x1 = NK > 1 ? load_dt(k1, d0, dt, mk) : x0;
-        UNROLL_FULL
-        for (int r = 0; r < R; r++) {
-            const vf qv = v_load_part(q + (size_t)r * (size_t)ldq + d0, mk);
-            c0[r] = v_fmadd(qv, x0, c0[r]);
-            if (NK > 1)
-                c1[r] = v_fmadd(qv, x1, c1[r]);
+        if (d0 < ge) {
+            const vtail mk = v_tail(ge - d0);
+            const vf x0 = load_kv(k0, d0, dt, mk, ge - d0, s0);
+            const vf x1 = NK > 1 ? load_kv(k1, d0, dt, mk, ge - d0, s1) : x0;
+            UNROLL_FULL
+            for (int r = 0; r < R; r++) {
+                const vf qv = v_load_part(q + (size_t)r * (size_t)ldq + d0, mk);
+                c0[r] = v_fmadd(qv, x0, c0[r]);
+                if (NK > 1)
+                    c1[r] = v_fmadd(qv, x1, c1[r]);
+            }
         }
     }
     UNROLL_FULL
@@ -333,12 +370,12 @@ ALWAYS_INLINE void qkr_keys(const int R, const int NK, const sdpa_dtype dt, int 
  * within the call, are prefetched so the core does not wait at every 4 KiB page
  * (docs/PERFORMANCE.md, "Kernel measurements"). Per key: dk / VL K loads and
  * R dk / (2 VL) Q loads per R dk / VL FMAs, then per row per VL keys the tree's shuffles
- * and adds (45 at VL = 16, 21 at VL = 8). */
+ * and adds (45 at VL = 16, 21 at VL = 8). K rows are ldkb bytes apart; a quantized K's
+ * scales are at sc, ldsc floats per key (qkr_keys). */
 ALWAYS_INLINE void qkr_rows(const int R, const sdpa_dtype dt, int n, int dk, float scale,
-                            const float *q, int ldq, const void *k, int64_t ldk, float *s,
-                            int lds) {
-    const size_t rowb = (size_t)dk * elem_bytes(dt);
-    const size_t ldkb = (size_t)ldk * elem_bytes(dt);
+                            const float *q, int ldq, const void *k, size_t ldkb,
+                            const float *sc, int64_t ldsc, int group, float *s, int lds) {
+    const size_t rowb = dt_bytes(dt, (size_t)dk);
     const int ahead = (int)(SDPA_PREFETCH_AHEAD / rowb) + 1;
     const vf vs = v_set1(scale);
     vf t[QKR_ROWS_MAX * VL];
@@ -349,11 +386,13 @@ ALWAYS_INLINE void qkr_rows(const int R, const sdpa_dtype dt, int n, int dk, flo
         for (; jj + 2 <= nk; jj += 2) {
             for (int pj = jj + ahead; pj < jj + ahead + 2 && j0 + pj < n; pj++)
                 prefetch_row(ks + (size_t)pj * ldkb, rowb);
+            const float *sj = dt_quant(dt) ? sc + (int64_t)(j0 + jj) * ldsc : NULL;
             qkr_keys(R, 2, dt, dk, q, ldq, ks + (size_t)jj * ldkb, ks + (size_t)(jj + 1) * ldkb,
-                     t + jj);
+                     sj, dt_quant(dt) ? sj + ldsc : NULL, group, t + jj);
         }
         if (jj < nk)
-            qkr_keys(R, 1, dt, dk, q, ldq, ks + (size_t)jj * ldkb, NULL, t + jj);
+            qkr_keys(R, 1, dt, dk, q, ldq, ks + (size_t)jj * ldkb, NULL,
+                     dt_quant(dt) ? sc + (int64_t)(j0 + jj) * ldsc : NULL, NULL, group, t + jj);
         for (jj += jj < nk; jj < VL; jj++)
             UNROLL_FULL
             for (int r = 0; r < R; r++)
@@ -365,21 +404,29 @@ ALWAYS_INLINE void qkr_rows(const int R, const sdpa_dtype dt, int n, int dk, flo
     }
 }
 
-/* qkr_rows with the storage type as a constant. */
+/* qkr_rows with the storage type as a constant (the types kernels/ukernel.h lets
+ * qk_rows and qk_rows_q read). */
+#define QKR_DT(DT) qkr_rows(R, DT, n, dk, scale, q, ldq, k, ldkb, sc, ldsc, group, s, lds)
 ALWAYS_INLINE void qkr_rows_dt(const int R, sdpa_dtype dt, int n, int dk, float scale,
-                               const float *q, int ldq, const void *k, int64_t ldk, float *s,
-                               int lds) {
+                               const float *q, int ldq, const void *k, size_t ldkb,
+                               const float *sc, int64_t ldsc, int group, float *s, int lds) {
     switch (dt) {
-    case SDPA_F16: qkr_rows(R, SDPA_F16, n, dk, scale, q, ldq, k, ldk, s, lds); return;
-    case SDPA_BF16: qkr_rows(R, SDPA_BF16, n, dk, scale, q, ldq, k, ldk, s, lds); return;
-    default: /* SDPA_F32 */ qkr_rows(R, SDPA_F32, n, dk, scale, q, ldq, k, ldk, s, lds); return;
+    case SDPA_F16: QKR_DT(SDPA_F16); return;
+    case SDPA_BF16: QKR_DT(SDPA_BF16); return;
+    case SDPA_I8: QKR_DT(SDPA_I8); return;
+    case SDPA_I4: QKR_DT(SDPA_I4); return;
+    case SDPA_FP8_E4M3: QKR_DT(SDPA_FP8_E4M3); return;
+    case SDPA_FP8_E5M2: QKR_DT(SDPA_FP8_E5M2); return;
+    default: /* SDPA_F32 */ QKR_DT(SDPA_F32); return;
     }
 }
+#undef QKR_DT
 
-/* The parameter list of the qk_rows tiles (the contract's, less m). */
+/* The parameter list of the qk_rows tiles (qk_rows_q's, less m). */
 #define QKR_ARGS                                                                             \
-    int n, int dk, float scale, const float *q, int ldq, const void *k, int64_t ldk,         \
-        sdpa_dtype dt, float *s, int lds
+    int n, int dk, float scale, const float *q, int ldq, const void *k, size_t ldkb,         \
+        sdpa_dtype dt, const float *sc, int64_t ldsc, int group, float *s, int lds
+#define QKR_CALL n, dk, scale, q, ldq, k, ldkb, dt, sc, ldsc, group, s, lds
 
 /* The qk_rows register tiles, one function per row count: qkr_Rrows holds 2 R
  * accumulators (R rows x the 2 keys that share each Q slice) + 2 K slices + 1 Q slice,
@@ -388,35 +435,45 @@ ALWAYS_INLINE void qkr_rows_dt(const int R, sdpa_dtype dt, int n, int dk, float 
  * Each row count is its own function rather than an arm of one switch function: in
  * decode, where each pass over a block is short and K streams from DRAM, the switch
  * form measured slower (docs/PERFORMANCE.md, "Kernel measurements"). */
-TILE void qkr_1row(QKR_ARGS) { qkr_rows_dt(1, dt, n, dk, scale, q, ldq, k, ldk, s, lds); }
-TILE void qkr_2rows(QKR_ARGS) { qkr_rows_dt(2, dt, n, dk, scale, q, ldq, k, ldk, s, lds); }
-TILE void qkr_3rows(QKR_ARGS) { qkr_rows_dt(3, dt, n, dk, scale, q, ldq, k, ldk, s, lds); }
-TILE void qkr_4rows(QKR_ARGS) { qkr_rows_dt(4, dt, n, dk, scale, q, ldq, k, ldk, s, lds); }
-TILE void qkr_5rows(QKR_ARGS) { qkr_rows_dt(5, dt, n, dk, scale, q, ldq, k, ldk, s, lds); }
-TILE void qkr_6rows(QKR_ARGS) { qkr_rows_dt(6, dt, n, dk, scale, q, ldq, k, ldk, s, lds); }
-TILE void qkr_7rows(QKR_ARGS) { qkr_rows_dt(7, dt, n, dk, scale, q, ldq, k, ldk, s, lds); }
-TILE void qkr_8rows(QKR_ARGS) { qkr_rows_dt(8, dt, n, dk, scale, q, ldq, k, ldk, s, lds); }
+TILE void qkr_1row(QKR_ARGS) { qkr_rows_dt(1, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldsc, group, s, lds); }
+TILE void qkr_2rows(QKR_ARGS) { qkr_rows_dt(2, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldsc, group, s, lds); }
+TILE void qkr_3rows(QKR_ARGS) { qkr_rows_dt(3, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldsc, group, s, lds); }
+TILE void qkr_4rows(QKR_ARGS) { qkr_rows_dt(4, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldsc, group, s, lds); }
+TILE void qkr_5rows(QKR_ARGS) { qkr_rows_dt(5, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldsc, group, s, lds); }
+TILE void qkr_6rows(QKR_ARGS) { qkr_rows_dt(6, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldsc, group, s, lds); }
+TILE void qkr_7rows(QKR_ARGS) { qkr_rows_dt(7, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldsc, group, s, lds); }
+TILE void qkr_8rows(QKR_ARGS) { qkr_rows_dt(8, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldsc, group, s, lds); }
 
-/* The contract's qk_rows in passes of QKR_MR rows (the including ISA's), the last pass
- * with the rest; each pass reads K once. The rows of a pass, min(QKR_MR, rows left), are
- * 1..QKR_MR, and an arm above QKR_MR is dead code, so the default cannot be reached. */
-static void x86_qk_rows(int m, int n, int dk, float scale, const float *q0, int ldq,
-                        const void *k, int64_t ldk, sdpa_dtype dt, float *s0, int lds) {
+/* The contract's qk_rows_q in passes of QKR_MR rows (the including ISA's), the last
+ * pass with the rest; each pass reads K once. The rows of a pass, min(QKR_MR, rows
+ * left), are 1..QKR_MR, and an arm above QKR_MR is dead code, so the default cannot be
+ * reached. */
+static void x86_qk_rows_q(int m, int n, int dk, float scale, const float *q0, int ldq,
+                          const void *k, int64_t ldkb_, sdpa_dtype dt, const float *sc,
+                          int64_t ldsc, int group, float *s0, int lds) {
+    const size_t ldkb = (size_t)ldkb_;
     for (int r0 = 0; r0 < m; r0 += QKR_MR) {
         const float *q = q0 + (size_t)r0 * (size_t)ldq;
         float *s = s0 + (size_t)r0 * (size_t)lds;
         switch (min_int(QKR_MR, m - r0)) {
-        case 1: qkr_1row(n, dk, scale, q, ldq, k, ldk, dt, s, lds); continue;
-        case 2: qkr_2rows(n, dk, scale, q, ldq, k, ldk, dt, s, lds); continue;
-        case 3: qkr_3rows(n, dk, scale, q, ldq, k, ldk, dt, s, lds); continue;
-        case 4: qkr_4rows(n, dk, scale, q, ldq, k, ldk, dt, s, lds); continue;
-        case 5: if (QKR_MR >= 5) qkr_5rows(n, dk, scale, q, ldq, k, ldk, dt, s, lds); continue;
-        case 6: if (QKR_MR >= 6) qkr_6rows(n, dk, scale, q, ldq, k, ldk, dt, s, lds); continue;
-        case 7: if (QKR_MR >= 7) qkr_7rows(n, dk, scale, q, ldq, k, ldk, dt, s, lds); continue;
-        case 8: if (QKR_MR >= 8) qkr_8rows(n, dk, scale, q, ldq, k, ldk, dt, s, lds); continue;
+        case 1: qkr_1row(QKR_CALL); continue;
+        case 2: qkr_2rows(QKR_CALL); continue;
+        case 3: qkr_3rows(QKR_CALL); continue;
+        case 4: qkr_4rows(QKR_CALL); continue;
+        case 5: if (QKR_MR >= 5) qkr_5rows(QKR_CALL); continue;
+        case 6: if (QKR_MR >= 6) qkr_6rows(QKR_CALL); continue;
+        case 7: if (QKR_MR >= 7) qkr_7rows(QKR_CALL); continue;
+        case 8: if (QKR_MR >= 8) qkr_8rows(QKR_CALL); continue;
         default: __builtin_unreachable();
         }
     }
+}
+
+/* The contract's qk_rows: the same tiles on rows stored as f32/f16/bf16 (no scales). */
+static void x86_qk_rows(int m, int n, int dk, float scale, const float *q, int ldq,
+                        const void *k, int64_t ldk, sdpa_dtype dt, float *s, int lds) {
+    x86_qk_rows_q(m, n, dk, scale, q, ldq, k, ldk * (int64_t)elem_bytes(dt), dt, NULL, 0, dk, s,
+                  lds);
 }
 
 /* ---- softmax -------------------------------------------------------------------- */
@@ -502,18 +559,26 @@ typedef struct {
     int lastw;           /* columns in the chunk's last vector, 1..VL */
     int pf;              /* prefetch the V rows this many keys ahead (0: none) ... */
     size_t pfb;          /* ... this many bytes of each, where PV_PF_WHOLE_ROWS */
+    const float *sc;     /* a quantized V (pv_q): key j's scales at sc + j ldsc, ... */
+    int64_t ldsc;
+    int goff[PV_WIDE_CMAX]; /* ... vector c's at offset goff[c] from them */
 } pv_chunk_args;
 
 /* pv's register tile for a chunk of nv vectors of Dv: the including ISA file defines
  * it, after this file, naming its pv_RxNv tiles. */
 static void pv_chunk(int nv, const pv_chunk_args *a);
+/* The same for pv_q's chunks of a quantized V, of up to PVQ_CMAX vectors: one of the
+ * pvq tiles below. */
+static void pvq_chunk(int nv, const pv_chunk_args *a);
 
 /* O[0..MR)[VL NV columns] = alpha O + P V over n keys, for one chunk of NV vectors of
  * Dv (the last one masked by `last` unless FULL), V stored as dt and widened as it is
  * loaded. The O tile stays in registers for the whole key loop: per key, NV V loads
  * (masked at the Dv tail: caller memory; 16-bit V: NV conversions besides) and MR P
  * broadcasts feed MR NV FMAs. With pf > 0 (decode: V streams from DRAM) pfb bytes of
- * the row pf keys ahead, within the call, are prefetched, as qk_rows does for K. */
+ * the row pf keys ahead, within the call, are prefetched, as qk_rows does for K. A
+ * quantized V (pv_q) is decoded and scaled vector by vector as it is loaded (load_kv),
+ * one scale per vector (a vector never straddles two groups: SDPA_QGROUP_VEC). */
 ALWAYS_INLINE void pv_tile(const int MRMAX, const int MR, const int NV, const int FULL,
                            const sdpa_dtype dt, const pv_chunk_args *a, const float *p,
                            const float *alpha, float *o, vtail last, int pf) {
@@ -522,7 +587,7 @@ ALWAYS_INLINE void pv_tile(const int MRMAX, const int MR, const int NV, const in
     const int n = a->n, ldp = a->ldp, ldo = a->ldo;
     const char *v = a->v;
     const size_t ldvb = a->ldvb;
-    const size_t pfb = PV_PF_WHOLE_ROWS ? a->pfb : (size_t)NV * VL * elem_bytes(dt);
+    const size_t pfb = PV_PF_WHOLE_ROWS ? a->pfb : dt_bytes(dt, (size_t)NV * VL);
     /* acc[k] is row k / NV, vector k % NV, so each loop over the tile is one flat loop
      * that the compiler unrolls in full before it promotes the arrays to registers
      * (nested loops in a tile function with many instances left clang 14 with the
@@ -540,9 +605,13 @@ ALWAYS_INLINE void pv_tile(const int MRMAX, const int MR, const int NV, const in
         const char *vj = v + (size_t)j * ldvb;
         if (pf > 0 && j + pf < n)
             prefetch_row(vj + (size_t)pf * ldvb, pfb);
+        const float *sj = dt_quant(dt) ? a->sc + (int64_t)j * a->ldsc : NULL;
         UNROLL_FULL
-        for (int c = 0; c < NV; c++)
-            vv[c] = load_dt(vj, VL * c, dt, c < NV - 1 || FULL ? v_full() : last);
+        for (int c = 0; c < NV; c++) {
+            const int whole = c < NV - 1 || FULL;
+            vv[c] = load_kv(vj, VL * c, dt, whole ? v_full() : last, whole ? VL : a->lastw,
+                            dt_quant(dt) ? v_bcast(sj + a->goff[c]) : v_zero());
+        }
         UNROLL_FULL
         for (int k = 0; k < MR * NV; k++)
             acc[k] = v_fmadd(v_bcast(p + (size_t)(k / NV) * (size_t)ldp + (size_t)j), vv[k % NV],
@@ -559,29 +628,46 @@ ALWAYS_INLINE void pv_tile(const int MRMAX, const int MR, const int NV, const in
     }
 }
 
-/* pv_tile with FULL and the storage type as constants. Without V_MASKS_FREE a chunk
- * with no Dv tail runs an instance with no masks at all (FULL). */
-ALWAYS_INLINE void pv_tile_dt(const int MRMAX, const int MR, const int NV, const pv_chunk_args *a,
-                              const float *p, const float *alpha, float *o, vtail last, int pf) {
-    if (!V_MASKS_FREE && a->lastw == VL) {
+/* pv_tile with the storage type as a constant: one of the quantized types where QUANT
+ * (the pvq tiles, pv_q), else f32/f16/bf16 (the pv tiles, pv). */
+#define PV_DT(DT) pv_tile(MRMAX, MR, NV, FULL, DT, a, p, alpha, o, last, pf)
+ALWAYS_INLINE void pv_tile_q(const int MRMAX, const int MR, const int NV, const int FULL,
+                             const int QUANT, const pv_chunk_args *a, const float *p,
+                             const float *alpha, float *o, vtail last, int pf) {
+    if (QUANT) {
         switch (a->dt) {
-        case SDPA_F16: pv_tile(MRMAX, MR, NV, 1, SDPA_F16, a, p, alpha, o, last, pf); return;
-        case SDPA_BF16: pv_tile(MRMAX, MR, NV, 1, SDPA_BF16, a, p, alpha, o, last, pf); return;
-        default: /* SDPA_F32 */ pv_tile(MRMAX, MR, NV, 1, SDPA_F32, a, p, alpha, o, last, pf); return;
+        case SDPA_I4: PV_DT(SDPA_I4); return;
+        case SDPA_FP8_E4M3: PV_DT(SDPA_FP8_E4M3); return;
+        case SDPA_FP8_E5M2: PV_DT(SDPA_FP8_E5M2); return;
+        default: /* SDPA_I8 */ PV_DT(SDPA_I8); return;
         }
     }
     switch (a->dt) {
-    case SDPA_F16: pv_tile(MRMAX, MR, NV, 0, SDPA_F16, a, p, alpha, o, last, pf); return;
-    case SDPA_BF16: pv_tile(MRMAX, MR, NV, 0, SDPA_BF16, a, p, alpha, o, last, pf); return;
-    default: /* SDPA_F32 */ pv_tile(MRMAX, MR, NV, 0, SDPA_F32, a, p, alpha, o, last, pf); return;
+    case SDPA_F16: PV_DT(SDPA_F16); return;
+    case SDPA_BF16: PV_DT(SDPA_BF16); return;
+    default: /* SDPA_F32 */ PV_DT(SDPA_F32); return;
     }
+}
+#undef PV_DT
+
+/* pv_tile with FULL and the storage type as constants. Without V_MASKS_FREE a chunk
+ * with no Dv tail runs an instance with no masks at all (FULL). */
+ALWAYS_INLINE void pv_tile_dt(const int MRMAX, const int MR, const int NV, const int QUANT,
+                              const pv_chunk_args *a, const float *p, const float *alpha,
+                              float *o, vtail last, int pf) {
+    if (!V_MASKS_FREE && a->lastw == VL) {
+        pv_tile_q(MRMAX, MR, NV, 1, QUANT, a, p, alpha, o, last, pf);
+        return;
+    }
+    pv_tile_q(MRMAX, MR, NV, 0, QUANT, a, p, alpha, o, last, pf);
 }
 
 /* All m rows of a chunk in tiles of MR rows by NV vectors, the last tile with the rows
  * left: min(MR, rows left) is 1..MR, so the default cannot be reached. Where
  * PV_PF_WHOLE_ROWS only the first tile prefetches, whole rows (a->pfb), so the others
  * find them in cache; otherwise each prefetches its own columns. */
-ALWAYS_INLINE void pv_row_tiles(const int MR, const int NV, const pv_chunk_args *a) {
+ALWAYS_INLINE void pv_row_tiles(const int MR, const int NV, const int QUANT,
+                                const pv_chunk_args *a) {
     const vtail last = v_tail(a->lastw);
     for (int r0 = 0; r0 < a->m; r0 += MR) {
         const float *p = a->p + (size_t)r0 * (size_t)a->ldp;
@@ -589,18 +675,18 @@ ALWAYS_INLINE void pv_row_tiles(const int MR, const int NV, const pv_chunk_args 
         float *o = a->o + (size_t)r0 * (size_t)a->ldo;
         const int pf = r0 == 0 || !PV_PF_WHOLE_ROWS ? a->pf : 0;
         switch (min_int(MR, a->m - r0)) {
-        case 1: pv_tile_dt(MR, 1, NV, a, p, alpha, o, last, pf); continue;
-        case 2: pv_tile_dt(MR, 2, NV, a, p, alpha, o, last, pf); continue;
-        case 3: pv_tile_dt(MR, 3, NV, a, p, alpha, o, last, pf); continue;
-        case 4: pv_tile_dt(MR, 4, NV, a, p, alpha, o, last, pf); continue;
-        case 5: pv_tile_dt(MR, 5, NV, a, p, alpha, o, last, pf); continue;
-        case 6: pv_tile_dt(MR, 6, NV, a, p, alpha, o, last, pf); continue;
-        case 7: pv_tile_dt(MR, 7, NV, a, p, alpha, o, last, pf); continue;
-        case 8: pv_tile_dt(MR, 8, NV, a, p, alpha, o, last, pf); continue;
-        case 9: pv_tile_dt(MR, 9, NV, a, p, alpha, o, last, pf); continue;
-        case 10: pv_tile_dt(MR, 10, NV, a, p, alpha, o, last, pf); continue;
-        case 11: pv_tile_dt(MR, 11, NV, a, p, alpha, o, last, pf); continue;
-        case 12: pv_tile_dt(MR, 12, NV, a, p, alpha, o, last, pf); continue;
+        case 1: pv_tile_dt(MR, 1, NV, QUANT, a, p, alpha, o, last, pf); continue;
+        case 2: pv_tile_dt(MR, 2, NV, QUANT, a, p, alpha, o, last, pf); continue;
+        case 3: pv_tile_dt(MR, 3, NV, QUANT, a, p, alpha, o, last, pf); continue;
+        case 4: pv_tile_dt(MR, 4, NV, QUANT, a, p, alpha, o, last, pf); continue;
+        case 5: pv_tile_dt(MR, 5, NV, QUANT, a, p, alpha, o, last, pf); continue;
+        case 6: pv_tile_dt(MR, 6, NV, QUANT, a, p, alpha, o, last, pf); continue;
+        case 7: pv_tile_dt(MR, 7, NV, QUANT, a, p, alpha, o, last, pf); continue;
+        case 8: pv_tile_dt(MR, 8, NV, QUANT, a, p, alpha, o, last, pf); continue;
+        case 9: pv_tile_dt(MR, 9, NV, QUANT, a, p, alpha, o, last, pf); continue;
+        case 10: pv_tile_dt(MR, 10, NV, QUANT, a, p, alpha, o, last, pf); continue;
+        case 11: pv_tile_dt(MR, 11, NV, QUANT, a, p, alpha, o, last, pf); continue;
+        case 12: pv_tile_dt(MR, 12, NV, QUANT, a, p, alpha, o, last, pf); continue;
         default: __builtin_unreachable();
         }
     }
@@ -611,25 +697,37 @@ ALWAYS_INLINE void pv_row_tiles(const int MR, const int NV, const pv_chunk_args 
  * At 24 accumulators the 10-14 loads per 24 FMAs (12 cycles) stay under two per cycle. */
 /* 12 x 1 = 12 + 1 + 1, of 16 or 32: a lone one-vector chunk (Dv <= VL, or on AVX2 the
  * last of an odd number of 8s; 13 loads per 12 FMAs). */
-TILE void pv_12x1v(const pv_chunk_args *a) { pv_row_tiles(12, 1, a); }
+TILE void pv_12x1v(const pv_chunk_args *a) { pv_row_tiles(12, 1, 0, a); }
 /* 6 x 2 = 12 + 2 + 1 = 15 of 16: AVX2's tile (8 loads per 12 FMAs). */
-TILE void pv_6x2v(const pv_chunk_args *a) { pv_row_tiles(6, 2, a); }
+TILE void pv_6x2v(const pv_chunk_args *a) { pv_row_tiles(6, 2, 0, a); }
 /* 12 x 2 = 24 + 2 + 1, of 32. */
-TILE void pv_12x2v(const pv_chunk_args *a) { pv_row_tiles(12, 2, a); }
+TILE void pv_12x2v(const pv_chunk_args *a) { pv_row_tiles(12, 2, 0, a); }
 /* 8 x 3 = 24 + 3 + 1, of 32. */
-TILE void pv_8x3v(const pv_chunk_args *a) { pv_row_tiles(8, 3, a); }
+TILE void pv_8x3v(const pv_chunk_args *a) { pv_row_tiles(8, 3, 0, a); }
 /* 6 x 4 = 24 + 4 + 1, of 32. */
-TILE void pv_6x4v(const pv_chunk_args *a) { pv_row_tiles(6, 4, a); }
+TILE void pv_6x4v(const pv_chunk_args *a) { pv_row_tiles(6, 4, 0, a); }
 /* 4 x 5 = 20 + 5 + 1, of 32. */
-TILE void pv_4x5v(const pv_chunk_args *a) { pv_row_tiles(4, 5, a); }
+TILE void pv_4x5v(const pv_chunk_args *a) { pv_row_tiles(4, 5, 0, a); }
 /* 4 x 6 = 24 + 6 + 1, of 32. */
-TILE void pv_4x6v(const pv_chunk_args *a) { pv_row_tiles(4, 6, a); }
+TILE void pv_4x6v(const pv_chunk_args *a) { pv_row_tiles(4, 6, 0, a); }
 /* 3 x 7 = 21 + 7 + 1, of 32. */
-TILE void pv_3x7v(const pv_chunk_args *a) { pv_row_tiles(3, 7, a); }
+TILE void pv_3x7v(const pv_chunk_args *a) { pv_row_tiles(3, 7, 0, a); }
 /* 3 x 8 = 24 + 8 + 1 = 33, of 32: one vector lives on the stack (one load and one FMA
  * with a memory operand per key); it serves decode's whole rows of Dv = 128, which
  * stream from DRAM, where that load is not the limit. */
-TILE void pv_3x8v(const pv_chunk_args *a) { pv_row_tiles(3, 8, a); }
+TILE void pv_3x8v(const pv_chunk_args *a) { pv_row_tiles(3, 8, 0, a); }
+
+/* The pvq tiles, pv_q's on a quantized V: each V vector is decoded and scaled once per
+ * key for all the tile's rows, so a tile holds every row of a decode item (a GQA group
+ * of up to 8 heads) and cuts Dv into narrower chunks instead; budget: the
+ * accumulators, the V vectors of a key, 1 P broadcast, 1 scale broadcast and the
+ * decode's temporaries. 8 x 1..3 = up to 24 + 3 + 2, of 32 (AVX-512). */
+TILE void pvq_8x1v(const pv_chunk_args *a) { pv_row_tiles(8, 1, 1, a); }
+TILE void pvq_8x2v(const pv_chunk_args *a) { pv_row_tiles(8, 2, 1, a); }
+TILE void pvq_8x3v(const pv_chunk_args *a) { pv_row_tiles(8, 3, 1, a); }
+/* 6 x 1..2 = up to 12 + 2 + 2, of 16 (AVX2). */
+TILE void pvq_6x1v(const pv_chunk_args *a) { pv_row_tiles(6, 1, 1, a); }
+TILE void pvq_6x2v(const pv_chunk_args *a) { pv_row_tiles(6, 2, 1, a); }
 
 /* Rows up to which pv works like decode (a GQA group of 8 heads): it prefetches V rows
  * ahead, and cuts Dv into chunks of up to PV_WIDE_CMAX vectors instead of PV_CMAX. */
@@ -639,24 +737,44 @@ TILE void pv_3x8v(const pv_chunk_args *a) { pv_row_tiles(3, 8, a); }
  * 8 -> 4 + 4, 9 -> 3 + 3 + 3 at cmax = 4; at cmax = 2, chunks of 2 and a last 1 for an
  * odd count), so no chunk but a lone one drops below 2 vectors and the tile keeps its
  * accumulators at Dv = 80 or 96 as at 64 or 128. The chunk widths are the including
- * ISA's; why they are what they are is in its file. */
-static void x86_pv(int m, int n, int dv, const float *p, int ldp, const void *v, int64_t ldv,
-                   sdpa_dtype dt, const float *alpha, float *o, int ldo) {
-    const size_t es = elem_bytes(dt), rowb = (size_t)dv * es;
+ * ISA's; why they are what they are is in its file. A quantized V (pv_q) always works like decode, in chunks of up to PVQ_CMAX vectors
+ * for pvq_chunk's tiles, each vector's scale offset given to the tile. */
+ALWAYS_INLINE void pv_chunks(const int QUANT, int m, int n, int dv, const float *p, int ldp,
+                             const void *v, size_t ldvb, sdpa_dtype dt, const float *sc,
+                             int64_t ldsc, int group, const float *alpha, float *o, int ldo) {
+    const size_t rowb = dt_bytes(dt, (size_t)dv);
     const int nvec = (dv + VL - 1) / VL;
-    const int wide = m <= PV_WIDE_M;
-    const int cmax = wide ? PV_WIDE_CMAX : PV_CMAX;
+    const int wide = QUANT || m <= PV_WIDE_M;
+    const int cmax = QUANT ? PVQ_CMAX : wide ? PV_WIDE_CMAX : PV_CMAX;
     const int pf = wide ? (int)(SDPA_PREFETCH_AHEAD / rowb) + 1 : 0;
     const int nchunk = (nvec + cmax - 1) / cmax;
     int c0 = 0;
     for (int ch = 0; ch < nchunk; ch++) {
         const int nv = nvec / nchunk + (ch < nvec % nchunk);
-        const pv_chunk_args a = {
-            .m = m, .n = n, .p = p, .ldp = ldp, .v = (const char *)v + (size_t)(VL * c0) * es,
-            .ldvb = (size_t)ldv * es, .alpha = alpha, .o = o + VL * c0, .ldo = ldo, .dt = dt,
+        pv_chunk_args a = {
+            .m = m, .n = n, .p = p, .ldp = ldp, .v = (const char *)v + dt_bytes(dt, (size_t)(VL * c0)),
+            .ldvb = ldvb, .alpha = alpha, .o = o + VL * c0, .ldo = ldo, .dt = dt,
             .lastw = min_int(VL * nv, dv - VL * c0) - VL * (nv - 1),
-            .pf = ch == 0 || !PV_PF_WHOLE_ROWS ? pf : 0, .pfb = rowb};
-        pv_chunk(nv, &a);
+            .pf = ch == 0 || !PV_PF_WHOLE_ROWS ? pf : 0, .pfb = rowb, .sc = sc, .ldsc = ldsc};
+        if (QUANT) {
+            for (int c = 0; c < nv; c++)
+                a.goff[c] = VL * (c0 + c) / group;
+            pvq_chunk(nv, &a);
+        } else {
+            pv_chunk(nv, &a);
+        }
         c0 += nv;
     }
+}
+
+static void x86_pv(int m, int n, int dv, const float *p, int ldp, const void *v, int64_t ldv,
+                   sdpa_dtype dt, const float *alpha, float *o, int ldo) {
+    pv_chunks(0, m, n, dv, p, ldp, v, (size_t)ldv * elem_bytes(dt), dt, NULL, 0, dv, alpha, o,
+              ldo);
+}
+
+static void x86_pv_q(int m, int n, int dv, const float *p, int ldp, const void *v, int64_t ldvb,
+                     sdpa_dtype dt, const float *sc, int64_t ldsc, int group,
+                     const float *alpha, float *o, int ldo) {
+    pv_chunks(1, m, n, dv, p, ldp, v, (size_t)ldvb, dt, sc, ldsc, group, alpha, o, ldo);
 }

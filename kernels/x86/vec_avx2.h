@@ -70,6 +70,8 @@ static inline vf v_load_pad_fill(const float *p, vtail t, vf fill) {
     return _mm256_blendv_ps(fill, _mm256_loadu_ps(p), _mm256_castsi256_ps(t.m));
 }
 static inline void v_store_part(float *p, vtail t, vf x) { _mm256_maskstore_ps(p, t.m, x); }
+/* x in the lanes t, 0 in the rest. */
+static inline vf v_keep(vtail t, vf x) { return _mm256_and_ps(x, _mm256_castsi256_ps(t.m)); }
 /* Lanes [0, n) stored, 1 <= n <= VL: a whole vector without the mask. */
 static inline void v_store_first(float *p, int n, vf x) {
     if (n == VL)

@@ -64,6 +64,8 @@ static inline vf v_load_pad_fill(const float *p, vtail t, vf fill) {
     return _mm512_mask_loadu_ps(fill, t, p);
 }
 static inline void v_store_part(float *p, vtail t, vf x) { _mm512_mask_storeu_ps(p, t, x); }
+/* x in the lanes t, 0 in the rest. */
+static inline vf v_keep(vtail t, vf x) { return _mm512_maskz_mov_ps(t, x); }
 /* Lanes [0, n) stored, 1 <= n <= VL. */
 static inline void v_store_first(float *p, int n, vf x) { _mm512_mask_storeu_ps(p, v_tail(n), x); }
 
