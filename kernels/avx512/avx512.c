@@ -24,9 +24,12 @@
  * own columns. Measurements: docs/PERFORMANCE.md, "Kernel measurements". */
 /* qk_rows runs in passes of QKR_MR = 8 rows (qkr_8rows, the rest by qkr_1row ..
  * qkr_7rows): a GQA group of 8 heads reads K once. */
-/* pv_q's chunks of a quantized V: up to 3 vectors, so a pvq tile of 8 rows (a whole GQA
- * group) keeps 24 accumulators and decodes each V vector once per key. */
-enum { PV_CMAX = 4, PV_WIDE_CMAX = 8, PVQ_CMAX = 3, PV_PF_WHOLE_ROWS = 0, QKR_MR = 8 };
+/* pv_q's chunks of a quantized V, so that one pvq tile holds all rows of a decode item
+ * and decodes each V vector once per key: up to PVQ_FEW_M = 4 rows (a GQA group of 4),
+ * 4 vectors (pvq_4xNv; at Dv = 128 int8 one 64-byte line per chunk, faster than chunks
+ * of 3: docs/PERFORMANCE.md, "KV caches"); more rows, 3 (pvq_8xNv, 24 accumulators). */
+enum { PV_CMAX = 4, PV_WIDE_CMAX = 8, PVQ_FEW_M = 4, PVQ_CMAX_FEW = 4, PVQ_CMAX = 3,
+       PV_PF_WHOLE_ROWS = 0, QKR_MR = 8 };
 
 /* softmax's exp loop unrolled by Bc / VL = 64 / 16 vectors: one block row of scores. */
 #define UNROLL_BC _Pragma("GCC unroll 4")
@@ -50,10 +53,20 @@ static void pv_chunk(int nv, const pv_chunk_args *a) {
 }
 
 static void pvq_chunk(int nv, const pv_chunk_args *a) {
+    if (a->m <= PVQ_FEW_M) {
+        switch (nv) {
+        case 1: pvq_4x1v(a); return;
+        case 2: pvq_4x2v(a); return;
+        case 3: pvq_4x3v(a); return;
+        default: /* x86_pv_q: 1..PVQ_CMAX_FEW = 4 vectors */
+            pvq_4x4v(a);
+            return;
+        }
+    }
     switch (nv) {
     case 1: pvq_8x1v(a); return;
     case 2: pvq_8x2v(a); return;
-    default: /* x86_pv_q: a chunk has 1..PVQ_CMAX = 3 vectors */
+    default: /* x86_pv_q: 1..PVQ_CMAX = 3 vectors */
         pvq_8x3v(a);
         return;
     }

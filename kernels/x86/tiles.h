@@ -721,7 +721,14 @@ TILE void pv_3x8v(const pv_chunk_args *a) { pv_row_tiles(3, 8, 0, a); }
  * key for all the tile's rows, so a tile holds every row of a decode item (a GQA group
  * of up to 8 heads) and cuts Dv into narrower chunks instead; budget: the
  * accumulators, the V vectors of a key, 1 P broadcast, 1 scale broadcast and the
- * decode's temporaries. 8 x 1..3 = up to 24 + 3 + 2, of 32 (AVX-512). */
+ * decode's temporaries (the fp8 decodes' constants among them). 4 x 1..4 = up to 16 +
+ * 4 + 2, of 32 (AVX-512, up to 4 rows: a chunk of 4 vectors of int8 codes is one
+ * 64-byte line). */
+TILE void pvq_4x1v(const pv_chunk_args *a) { pv_row_tiles(4, 1, 1, a); }
+TILE void pvq_4x2v(const pv_chunk_args *a) { pv_row_tiles(4, 2, 1, a); }
+TILE void pvq_4x3v(const pv_chunk_args *a) { pv_row_tiles(4, 3, 1, a); }
+TILE void pvq_4x4v(const pv_chunk_args *a) { pv_row_tiles(4, 4, 1, a); }
+/* 8 x 1..3 = up to 24 + 3 + 2, of 32 (AVX-512, 5 rows and more). */
 TILE void pvq_8x1v(const pv_chunk_args *a) { pv_row_tiles(8, 1, 1, a); }
 TILE void pvq_8x2v(const pv_chunk_args *a) { pv_row_tiles(8, 2, 1, a); }
 TILE void pvq_8x3v(const pv_chunk_args *a) { pv_row_tiles(8, 3, 1, a); }
@@ -737,15 +744,19 @@ TILE void pvq_6x2v(const pv_chunk_args *a) { pv_row_tiles(6, 2, 1, a); }
  * 8 -> 4 + 4, 9 -> 3 + 3 + 3 at cmax = 4; at cmax = 2, chunks of 2 and a last 1 for an
  * odd count), so no chunk but a lone one drops below 2 vectors and the tile keeps its
  * accumulators at Dv = 80 or 96 as at 64 or 128. The chunk widths are the including
- * ISA's; why they are what they are is in its file. A quantized V (pv_q) always works like decode, in chunks of up to PVQ_CMAX vectors
- * for pvq_chunk's tiles, each vector's scale offset given to the tile. */
+ * ISA's; why they are what they are is in its file. A quantized V (pv_q) always works
+ * like decode, in chunks of up to PVQ_CMAX_FEW vectors for up to PVQ_FEW_M rows, else
+ * PVQ_CMAX, for pvq_chunk's tiles, each vector's scale offset given to the tile. */
+_Static_assert(PVQ_CMAX <= PV_WIDE_CMAX && PVQ_CMAX_FEW <= PV_WIDE_CMAX,
+               "pv_chunk_args.goff holds a chunk's scale offsets");
 ALWAYS_INLINE void pv_chunks(const int QUANT, int m, int n, int dv, const float *p, int ldp,
                              const void *v, size_t ldvb, sdpa_dtype dt, const float *sc,
                              int64_t ldsc, int group, const float *alpha, float *o, int ldo) {
     const size_t rowb = dt_bytes(dt, (size_t)dv);
     const int nvec = (dv + VL - 1) / VL;
     const int wide = QUANT || m <= PV_WIDE_M;
-    const int cmax = QUANT ? PVQ_CMAX : wide ? PV_WIDE_CMAX : PV_CMAX;
+    const int cmax = QUANT ? (m <= PVQ_FEW_M ? PVQ_CMAX_FEW : PVQ_CMAX)
+                     : wide ? PV_WIDE_CMAX : PV_CMAX;
     const int pf = wide ? (int)(SDPA_PREFETCH_AHEAD / rowb) + 1 : 0;
     const int nchunk = (nvec + cmax - 1) / cmax;
     int c0 = 0;
