@@ -3,18 +3,28 @@
  * int4; include/sdpa.h, sdpa_dtype) into fp32, the kernel table's `dequant` entry.
  *
  * One source, included by every base table (scalar, avx2, avx512, neon) and compiled
- * with that table's ISA flags: one register of codes at a time in the compilers' generic
- * vectors, with the ISA's widening load, on the SIMD tables; code by code on the scalar
- * table. It is not a tile: the
- * driver (src/kvcache.c) calls it per row while gathering a block of a quantized cache
- * into the fp32 block the tiles then read.
+ * with that table's ISA flags: one register of codes at a time (kvq_codes) in the
+ * compilers' generic vectors, with the ISA's widening load, on the SIMD tables; code by
+ * code on the scalar table. The driver (src/kvcache.c) calls kvq_dequant per row while
+ * gathering a block of a quantized cache into the fp32 block the tiles then read, and
+ * the x86 tiles' fused quantized kernels (kernels/x86/tiles.h, load_kv) decode through
+ * kvq_codes in registers, so both see the same values.
  *
  * Every result is fl(value(code) * scale), the value include/sdpa.h defines, bit for bit:
  * value(code) is exact in fp32 for every format, and one IEEE multiplication rounds to
  * nearest even on every target (no fused operation can form: there is nothing to add).
- * The fp8 decodes build the fp32 bits of a normal code directly (its exponent rebiased)
- * and a subnormal code as an integer times a power of two, never through an fp32
- * subnormal, so no flush-to-zero setting can change them.
+ * The portable fp8 decodes build the fp32 bits of a normal code directly (its exponent
+ * rebiased) and a subnormal code as an integer times a power of two, never through an
+ * fp32 subnormal, so no flush-to-zero setting can change them. On x86 (F16C, which both
+ * x86 tables require) an fp8 code goes through binary16 instead, a third of the
+ * instructions: an e5m2 code is the top byte of the binary16 of its value; an e4m3 code
+ * with its exponent and mantissa moved down one bit (sign kept) is the binary16 of its
+ * value x 2^-8, normal and subnormal codes alike (binary16's bias is 8 more and its
+ * subnormals have 7 more bits of range), which vcvtph2ps widens exactly (binary16
+ * subnormals included: it ignores MXCSR.DAZ, checked with DAZ and FTZ set) and one
+ * multiplication by 2^8 restores exactly; e4m3's NaN codes are set after. In every
+ * table an e5m2 NaN keeps its code's mantissa bits as binary16's widening does (quiet
+ * bit set), and an e4m3 NaN is the default quiet NaN with the code's sign.
  */
 #ifndef SDPA_KVQ_H
 #define SDPA_KVQ_H
@@ -235,10 +245,14 @@ static inline kvq_f32 kvq_codes(sdpa_dtype dt, const unsigned char *row, int64_t
 static inline void kvq_span(sdpa_dtype dt, const unsigned char *row, int64_t d0, int n, float s,
                             float *out) {
 #ifdef KVQ_LANES
-    for (int d = 0; d < n; d += KVQ_LANES) {
-        const int nv = n - d < KVQ_LANES ? n - d : KVQ_LANES;
-        const kvq_f32 v = kvq_codes(dt, row, d0 + d, nv) * s;
-        memcpy(out + d, &v, (size_t)nv * sizeof(float));
+    int d = 0;
+    for (; d + KVQ_LANES <= n; d += KVQ_LANES) { /* whole registers: constant sizes */
+        const kvq_f32 v = kvq_codes(dt, row, d0 + d, KVQ_LANES) * s;
+        memcpy(out + d, &v, sizeof v);
+    }
+    if (d < n) {
+        const kvq_f32 v = kvq_codes(dt, row, d0 + d, n - d) * s;
+        memcpy(out + d, &v, (size_t)(n - d) * sizeof(float));
     }
 #else
     for (int d = 0; d < n; d++)

@@ -3,15 +3,19 @@
  * through a block table of pages, stored quantized with strided scales. It holds the
  * driver's block gather (a block of keys as the tiles read it) and sdpa_kv_write, the
  * quantizer that writes a cache exactly as the kernels read it. It is not a kernel: the
- * per-row dequantization is the table's `dequant` (kernels/kvq.h, compiled per ISA).
+ * per-row dequantization is the table's `dequant`, or its fused kernels' (kernels/kvq.h,
+ * compiled per ISA).
  *
  * A block of n <= Bc keys reaches the tiles one of four ways:
  *   - in place, as before: a plain view, or a paged one whose block lies in one page
  *     (rows stride_t apart, the dtype as stored);
  *   - run by run (kv_run): decode's qk_rows and the unmasked pv take the block in runs,
- *     each one call: a page of a paged fp32/16-bit cache in place, or at most
- *     KV_RUN_QUANT quantized rows dequantized into scratch that stays in L1 (a whole
- *     block of fp32 K and V rows, 64 KiB at Dk = Dv = 128, would not). Both kernels are
+ *     each one call: a page of a paged fp32/16-bit cache in place; a page (or the
+ *     block) of a quantized cache in place through the table's fused qk_rows_q / pv_q
+ *     (kv_fused, kv_run_qrows), which decode in registers; else at most KV_RUN_QUANT
+ *     quantized rows dequantized into scratch that stays in L1 (a whole block of fp32 K
+ *     and V rows, 64 KiB at Dk = Dv = 128, would not). The fused kernels give the bits of
+ *     the dequantized rows (kernels/ukernel.h), and both kernels are
  *     exact per key in key order (qk_rows computes each score alone; pv adds keys one at
  *     a time after the one rescale, which only the first call applies), so the bits are
  *     those of one call on the whole block;
