@@ -80,8 +80,9 @@ static inline float kvq_one(sdpa_dtype dt, const unsigned char *row, int64_t e) 
  * bytes at p into 32-bit lanes; on NEON KVQ_WIDEN_DUP(out, p) reads KVQ_LANES / 2 bytes,
  * each into two adjacent lanes (int4: two codes per byte). The x86 tables decode int4
  * (KVQ_I4) and fp8 (KVQ_FP8_HALF) with their own instructions instead: the generic
- * code's 32-bit-lane shifts and selects cost them twice the time in decode (512-bit
- * operations take two cycles on AMD Zen 4; KVQ_I4 does its work in 128-bit operations). */
+ * code's 32-bit-lane shifts and selects cost more in decode (docs/PERFORMANCE.md, "KV
+ * caches"; 512-bit operations take two cycles on AMD Zen 4, and KVQ_I4 works in
+ * 128-bit operations up to its one widening). */
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 #include <immintrin.h>
 /* x86: the int4 codes of the bytes of b (low nibble first) as signed bytes in order,

@@ -66,6 +66,16 @@
  * so a vector of elements never straddles two scales. */
 #define SDPA_QGROUP_VEC 16
 
+/* The scales of a run of quantized K or V rows, as qk_rows_q and pv_q read them: row j's
+ * scale of elements [g group, (g + 1) group) is element j ld + g of p, stored as dt
+ * (SDPA_F32, or SDPA_F16 widened exactly); ld >= 0 (0: every row has the same scales). */
+typedef struct sdpa_qscales {
+    const void *p;
+    int64_t ld;
+    int group;
+    sdpa_dtype dt;
+} sdpa_qscales;
+
 typedef struct sdpa_kernels {
     sdpa_isa isa;      /* which ISA this table is */
     const char *name;  /* sdpa_isa_name(isa) */
@@ -124,23 +134,21 @@ typedef struct sdpa_kernels {
     /* ---- quantized K and V read in place (optional: NULL in a table without them) ------
      * qk_rows and pv on the rows of a quantized cache (dt SDPA_I8, SDPA_FP8_E4M3,
      * SDPA_FP8_E5M2 or SDPA_I4), each element decoded and scaled in registers: element d
-     * of row j is fl(value(code) * sc[j * ldsc + d / group]), the bits `dequant` gives, and
+     * of row j is fl(value(code) * scale(j, d / group)), the bits `dequant` gives, and
      * the results are bit for bit those of `dequant` into fp32 rows followed by this
      * table's qk_rows / pv on them (same per-score and per-element operation order; only
      * a NaN's payload may differ, as the compiler orders two NaN operands), so the driver
-     * may use either. Rows are ldb BYTES apart (caller memory: byte-aligned,
-     * read only up to the last element of the last row); sc is fp32, caller memory or
-     * scratch, any 4-byte alignment, ldsc >= 0 floats between rows (0: every row has the
-     * same scales). group is the row length (one scale per row) or a multiple of
-     * SDPA_QGROUP_VEC that divides it. A driver that takes them decodes a quantized cache
+     * may use either. Rows are ldb BYTES apart (caller memory: byte-aligned, read only up
+     * to the last element of the last row); the scales (caller memory, aligned to their
+     * element size) as sdpa_qscales says, their group the row length (one scale per row)
+     * or a multiple of SDPA_QGROUP_VEC that divides it. A driver that takes them decodes a quantized cache
      * once per element, in the kernel that multiplies it, instead of writing fp32 rows to
      * scratch and reading them back. */
     void (*qk_rows_q)(int m, int n, int dk, float scale, const float *q, int ldq,
-                      const void *k, int64_t ldkb, sdpa_dtype dt, const float *sc,
-                      int64_t ldsc, int group, float *s, int lds);
+                      const void *k, int64_t ldkb, sdpa_dtype dt, const sdpa_qscales *sc,
+                      float *s, int lds);
     void (*pv_q)(int m, int n, int dv, const float *p, int ldp, const void *v, int64_t ldvb,
-                 sdpa_dtype dt, const float *sc, int64_t ldsc, int group, const float *alpha,
-                 float *o, int ldo);
+                 sdpa_dtype dt, const sdpa_qscales *sc, const float *alpha, float *o, int ldo);
 
     /* ---- bf16 compute (SDPA_COMPUTE_BF16, include/sdpa.h) ----------------------------
      * Set by the tables whose registry row computes the mode (src/dispatch.c), NULL in

@@ -87,7 +87,7 @@ typedef struct scratch {
                                  rounded to bf16, row-major */
     float *kg, *vg;           /* paged or quantized K / V: a block of rows gathered as
                                  stored, or dequantized to fp32 (kvcache.c) */
-    float *qsc;               /* one quantized row's scales, fp32, or a fused run's */
+    float *qsc;               /* one quantized row's scales, fp32 */
     float *m, *l, *alpha, *tmp;
     float *wts;            /* nchunks floats: the merge's coefficients */
     float *lses;           /* nchunks floats: one row's partial lse values */
@@ -184,18 +184,15 @@ vrows kv_run_rows(const plan *pl, const rows *it, const scratch *w, int which, i
  * (qk_rows_q, pv_q): a quantized cache, a plan of few rows (k_in_place), fp32 compute,
  * and scale groups those kernels take (the row, or multiples of SDPA_QGROUP_VEC). */
 int kv_fused(const plan *pl, int which);
-/* A run of a quantized cache as qk_rows_q / pv_q read it: rows ldb bytes apart, their
- * fp32 scales (caller memory when stored as fp32, else converted into w->qsc) ldsc
- * floats apart, one per `group` elements. */
+/* A run of a quantized cache as qk_rows_q / pv_q read it, in caller memory: rows ldb
+ * bytes apart, and their scales. */
 typedef struct qrows {
     const char *v;
     int64_t ldb;
-    const float *sc;
-    int64_t ldsc;
-    int group;
+    sdpa_qscales sc;
 } qrows;
-qrows kv_run_qrows(const plan *pl, const rows *it, const scratch *w, int which, int64_t j,
-                   int64_t n, const char *row);
+qrows kv_run_qrows(const plan *pl, const rows *it, int which, int64_t j, int64_t n,
+                   const char *row);
 /* Prefetch the rows of the run from j (< end). */
 void kv_prefetch_run(const plan *pl, const rows *it, int which, int64_t j, int64_t end);
 vrows kv_block(const plan *pl, const rows *it, const scratch *w, int which, int64_t j0, int n);

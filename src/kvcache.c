@@ -77,25 +77,18 @@ int kv_fused(const plan *pl, int which) {
            (sc->group == D || sc->group % SDPA_QGROUP_VEC == 0);
 }
 
-qrows kv_run_qrows(const plan *pl, const rows *it, const scratch *w, int which, int64_t j,
-                   int64_t n, const char *row) {
+qrows kv_run_qrows(const plan *pl, const rows *it, int which, int64_t j, int64_t n,
+                   const char *row) {
     const sdpa_problem *p = &pl->p;
     const sdpa_dtype dt = which ? p->vt : p->kt;
     const sdpa_scales *sc = which ? &p->vsc : &p->ksc;
-    const int64_t ng = (which ? p->Dv : p->Dk) / sc->group;
     /* n > 1 only within a page (or view) of two rows or more, which bounds the row and
      * scale strides (validate.c); one row's strides are unbounded and never used */
     const int64_t ldb = n > 1 ? (which ? p->vs : p->ks)[2] * sdpa_kv_bits(dt) / 8 : 0;
     const int per_row = n > 1 && sc->stride_t != 0; /* a run lies in one page */
     const int64_t se = scale_index(p, sc, it->b, it->hk, it->seq.kv0, j);
-    if (sc->dtype == SDPA_F32)
-        return (qrows){row, ldb, (const float *)sc->data + se, per_row ? sc->stride_t : 0,
-                       (int)sc->group};
-    const int64_t nr = per_row ? n : 1;
-    for (int64_t r = 0; r < nr; r++)
-        for (int64_t g = 0; g < ng; g++)
-            w->qsc[r * ng + g] = sdpa_load_as_f32(sc->data, se + r * sc->stride_t + g, sc->dtype);
-    return (qrows){row, ldb, w->qsc, per_row ? ng : 0, (int)sc->group};
+    const char *sp = (const char *)sc->data + (size_t)se * sdpa_dtype_size(sc->dtype);
+    return (qrows){row, ldb, {sp, per_row ? sc->stride_t : 0, (int)sc->group, sc->dtype}};
 }
 
 /* Rows [j, j + n) of a quantized K or V (one run, or a block) dequantized into dst, rows

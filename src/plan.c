@@ -89,10 +89,7 @@ static size_t scratch_layout(const plan *pl, char *base, scratch *w) {
     CARVE(vb, uint16_t, vb);
     CARVE(kg, float, kg);
     CARVE(vg, float, vg);
-    /* a row's scales (dequant_rows), or a fused run's: <= Bc rows of one scale per row or
-     * per SDPA_QGROUP_VEC elements at least, converted from f16 (kv_run_qrows) */
-    const size_t dmax = (size_t)max64(p->Dk, p->Dv);
-    CARVE(qsc, float, quant ? (dmax > bc * (dmax / SDPA_QGROUP_VEC + 1) ? dmax : bc * (dmax / SDPA_QGROUP_VEC + 1)) : 0);
+    CARVE(qsc, float, quant ? (size_t)max64(p->Dk, p->Dv) : 0);
     CARVE(s, float, br * (size_t)pl->lds);
     CARVE(o, float, br * (size_t)pl->ldo);
     CARVE(m, float, br);

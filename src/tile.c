@@ -145,9 +145,9 @@ static void block_scores(const plan *pl, const rows *it, const scratch *w, const
             if (j + len < j0 + n) /* the next page: no hardware prefetcher finds it */
                 kv_prefetch_run(pl, it, 0, j + len, j0 + n);
             if (pl->kq_fused) {
-                const qrows k = kv_run_qrows(pl, it, w, 0, j, len, row);
+                const qrows k = kv_run_qrows(pl, it, 0, j, len, row);
                 kt->qk_rows_q(rb - ra, (int)len, (int)p->Dk, p->scale, q, pl->ldq, k.v, k.ldb,
-                              p->kt, k.sc, k.ldsc, k.group, s + (j - j0), pl->lds);
+                              p->kt, &k.sc, s + (j - j0), pl->lds);
             } else {
                 const vrows k = kv_run_rows(pl, it, w, 0, j, len, row);
                 kt->qk_rows(rb - ra, (int)len, (int)p->Dk, p->scale, q, pl->ldq, k.v, k.ld,
@@ -201,9 +201,9 @@ static void block_pv(const plan *pl, const rows *it, const scratch *w, int ra, i
             const float *alpha = j == j0 ? w->alpha + ra : NULL;
             float *o = w->o + (size_t)ra * (size_t)pl->ldo;
             if (pl->vq_fused) {
-                const qrows vq = kv_run_qrows(pl, it, w, 1, j, len, row);
+                const qrows vq = kv_run_qrows(pl, it, 1, j, len, row);
                 pl->kt->pv_q(rb - ra, (int)len, Dv, s + (j - j0), pl->lds, vq.v, vq.ldb, p->vt,
-                             vq.sc, vq.ldsc, vq.group, alpha, o, pl->ldo);
+                             &vq.sc, alpha, o, pl->ldo);
             } else {
                 const vrows vr = kv_run_rows(pl, it, w, 1, j, len, row);
                 pl->kt->pv(rb - ra, (int)len, Dv, s + (j - j0), pl->lds, vr.v, vr.ld, vr.dt,

@@ -249,7 +249,7 @@ static int same_floats(const float *a, const float *b, int n) {
  * followed by its qk_rows / pv: the same bits, NaN payloads aside (kernels/ukernel.h),
  * for every format, one
  * scale per row and groups of multiples of SDPA_QGROUP_VEC, scales shared by all rows
- * (ldsc 0) or per row, head dims with vector tails, 1 to 11 rows (one or two passes of
+ * (ldsc 0) or per row, fp32 or f16, head dims with vector tails, 1 to 11 rows (one or two passes of
  * every tile), misaligned rows whose last byte is followed by an unmapped page. */
 static void fused_quantized(void) {
     const sdpa_kernels *kt = sdpa_isa_lookup(th_isa)->kernels;
@@ -274,7 +274,12 @@ static void fused_quantized(void) {
                     const size_t cbytes = (size_t)((n - 1) * ldb + rowb);
                     const int ldq = (D + 15) / 16 * 16, lds = (n + 15) / 16 * 16;
                     unsigned char *codes = th_alloc(cbytes, SC_GUARD_AFTER);
-                    float *sc = th_alloc(sizeof(float) * (size_t)(ldsc * (n - 1) + ng), SC_GUARD_AFTER);
+                    /* scales per row and f16 on the third pass, fp32 otherwise; sc holds
+                     * their fp32 values for dequant */
+                    const sdpa_dtype sdt = sm == 2 ? SDPA_F16 : SDPA_F32;
+                    const size_t nsc = (size_t)(ldsc * (n - 1) + ng);
+                    void *scs = th_alloc(sc_dtype_size(sdt) * nsc, SC_GUARD_AFTER);
+                    float *sc = th_alloc(sizeof(float) * nsc, SC_GUARD_NONE);
                     float *q = th_alloc(sizeof(float) * (size_t)(m * ldq), SC_GUARD_NONE);
                     float *deq = th_alloc(sizeof(float) * (size_t)(n * D), SC_GUARD_NONE);
                     float *s1 = th_alloc(sizeof(float) * (size_t)(m * lds), SC_GUARD_NONE);
@@ -284,8 +289,10 @@ static void fused_quantized(void) {
                     float alpha[16];
                     for (size_t i = 0; i < cbytes; i++)
                         codes[i] = (unsigned char)sc_rand_u64(&st);
-                    for (int64_t i = 0; i < ldsc * (n - 1) + ng; i++)
-                        sc[i] = sc_rand_float(&st) * 2.0f;
+                    for (size_t i = 0; i < nsc; i++) {
+                        sc_store(scs, i, sdt, sc_rand_float(&st) * 2.0f);
+                        sc[i] = sc_load(scs, i, sdt);
+                    }
                     for (int i = 0; i < m * ldq; i++)
                         q[i] = o1[i] = sc_rand_float(&st);
                     memcpy(o2, o1, sizeof(float) * (size_t)(m * ldq));
@@ -293,8 +300,8 @@ static void fused_quantized(void) {
                         alpha[r] = 0.5f + 0.5f * sc_rand_float(&st);
                     for (int j = 0; j < n; j++)
                         kt->dequant(D, codes + j * ldb, dts[d], sc + j * ldsc, group, deq + j * D);
-                    kt->qk_rows_q(m, n, D, 0.125f, q, ldq, codes, ldb, dts[d], sc, ldsc, group, s1,
-                                  lds);
+                    const sdpa_qscales qs = {scs, ldsc, group, sdt};
+                    kt->qk_rows_q(m, n, D, 0.125f, q, ldq, codes, ldb, dts[d], &qs, s1, lds);
                     kt->qk_rows(m, n, D, 0.125f, q, ldq, deq, D, SDPA_F32, s2, lds);
                     int sbad = 0, obad = 0;
                     for (int r = 0; r < m; r++)
@@ -303,7 +310,7 @@ static void fused_quantized(void) {
                     for (int i = 0; i < m * lds; i++)
                         s1[i] = fabsf(s2[i]) < 1.0f ? fabsf(s2[i]) : 0.25f;
                     const float *al = cases % 2 ? alpha : NULL;
-                    kt->pv_q(m, n, D, s1, lds, codes, ldb, dts[d], sc, ldsc, group, al, o1, ldq);
+                    kt->pv_q(m, n, D, s1, lds, codes, ldb, dts[d], &qs, al, o1, ldq);
                     kt->pv(m, n, D, s1, lds, deq, D, SDPA_F32, al, o2, ldq);
                     for (int r = 0; r < m; r++)
                         obad += !same_floats(o1 + r * ldq, o2 + r * ldq, D);
@@ -313,6 +320,7 @@ static void fused_quantized(void) {
                           sdpa_isa_name(th_isa), dts[d], D, group, (long long)ldsc, m, n, sbad,
                           obad);
                     sc_free(codes);
+                    sc_free(scs);
                     sc_free(sc);
                     sc_free(q);
                     sc_free(deq);

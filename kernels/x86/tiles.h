@@ -95,6 +95,13 @@ ALWAYS_INLINE vf load_kv(const char *row, int i, sdpa_dtype dt, vtail t, int nt,
     return nt < VL ? v_keep(t, x) : x;
 }
 
+/* Scale i of a quantized row's scales at sp (bytes), fp32 or, where f16, binary16, in
+ * every lane. */
+ALWAYS_INLINE vf scale_at(const char *sp, int64_t i, int f16) {
+    return f16 ? v_bcast_f16((const uint16_t *)(const void *)sp + i)
+               : v_bcast((const float *)(const void *)sp + i);
+}
+
 /* a + b, or max(a, b) when is_max (a compile-time constant). */
 ALWAYS_INLINE vf combine(vf a, vf b, const int is_max) {
     if (is_max)
@@ -303,24 +310,25 @@ TILE void qk_6x2v(int m, int n, int dk, float scale, const float *q, int ldq, co
  * lane-wise partial sums: t[r * VL + i] for key i gets sum over VL-element slices of
  * Q[r] * K[key]; the last slice is masked (caller memory, and Q's padding is off limits).
  * A quantized K (qk_rows_q) is decoded slice by slice and scaled by its group's scale
- * (sc0, sc1: the keys' scales; group dk or a multiple of VL, so a slice lies in one
- * group and only the row's last group can end in a masked slice); the slices run in the
- * same order either way, so a key's sum is the one over its dequantized row.
+ * (sc0, sc1: the keys' scales, binary16 where f16, else fp32; group dk or a multiple of
+ * VL, so a slice lies in one group and only the row's last group can end in a masked
+ * slice); the slices run in the same order either way, so a key's sum is the one over
+ * its dequantized row.
  * Two keys share each Q slice load: per slice 2 K loads (16-bit K: conversions besides)
  * and R Q loads feed 2 R FMAs. v_pin keeps the Q slice in a register: folded into both
  * FMAs it would be loaded twice, and the kernel is load-bound already
  * (docs/PERFORMANCE.md, "Kernel measurements"). */
 ALWAYS_INLINE void qkr_keys(const int R, const int NK, const sdpa_dtype dt, int dk,
                             const float *q, int ldq, const char *k0, const char *k1,
-                            const float *sc0, const float *sc1, int group, vf *t) {
+                            const char *sc0, const char *sc1, int f16, int group, vf *t) {
     vf c0[QKR_ROWS_MAX], c1[QKR_ROWS_MAX];
     UNROLL_FULL
     for (int r = 0; r < R; r++)
         c0[r] = c1[r] = v_zero();
     const int gl = dt_quant(dt) ? group : dk;
     for (int g0 = 0, gi = 0; g0 < dk; g0 += gl, gi++) {
-        const vf s0 = dt_quant(dt) ? v_bcast(sc0 + gi) : v_zero();
-        const vf s1 = dt_quant(dt) && NK > 1 ? v_bcast(sc1 + gi) : s0;
+        const vf s0 = dt_quant(dt) ? scale_at(sc0, gi, f16) : v_zero();
+        const vf s1 = dt_quant(dt) && NK > 1 ? scale_at(sc1, gi, f16) : s0;
         const int ge = g0 + gl;
         int d0 = g0;
         for (; d0 + VL <= ge; d0 += VL) {
@@ -371,10 +379,11 @@ ALWAYS_INLINE void qkr_keys(const int R, const int NK, const sdpa_dtype dt, int 
  * (docs/PERFORMANCE.md, "Kernel measurements"). Per key: dk / VL K loads and
  * R dk / (2 VL) Q loads per R dk / VL FMAs, then per row per VL keys the tree's shuffles
  * and adds (45 at VL = 16, 21 at VL = 8). K rows are ldkb bytes apart; a quantized K's
- * scales are at sc, ldsc floats per key (qkr_keys). */
+ * scales are at sc, ldscb bytes per key, binary16 where f16 (qkr_keys). */
 ALWAYS_INLINE void qkr_rows(const int R, const sdpa_dtype dt, int n, int dk, float scale,
                             const float *q, int ldq, const void *k, size_t ldkb,
-                            const float *sc, int64_t ldsc, int group, float *s, int lds) {
+                            const char *sc, int64_t ldscb, int f16, int group, float *s,
+                            int lds) {
     const size_t rowb = dt_bytes(dt, (size_t)dk);
     const int ahead = (int)(SDPA_PREFETCH_AHEAD / rowb) + 1;
     const vf vs = v_set1(scale);
@@ -386,13 +395,14 @@ ALWAYS_INLINE void qkr_rows(const int R, const sdpa_dtype dt, int n, int dk, flo
         for (; jj + 2 <= nk; jj += 2) {
             for (int pj = jj + ahead; pj < jj + ahead + 2 && j0 + pj < n; pj++)
                 prefetch_row(ks + (size_t)pj * ldkb, rowb);
-            const float *sj = dt_quant(dt) ? sc + (int64_t)(j0 + jj) * ldsc : NULL;
+            const char *sj = dt_quant(dt) ? sc + (int64_t)(j0 + jj) * ldscb : NULL;
             qkr_keys(R, 2, dt, dk, q, ldq, ks + (size_t)jj * ldkb, ks + (size_t)(jj + 1) * ldkb,
-                     sj, dt_quant(dt) ? sj + ldsc : NULL, group, t + jj);
+                     sj, dt_quant(dt) ? sj + ldscb : NULL, f16, group, t + jj);
         }
         if (jj < nk)
             qkr_keys(R, 1, dt, dk, q, ldq, ks + (size_t)jj * ldkb, NULL,
-                     dt_quant(dt) ? sc + (int64_t)(j0 + jj) * ldsc : NULL, NULL, group, t + jj);
+                     dt_quant(dt) ? sc + (int64_t)(j0 + jj) * ldscb : NULL, NULL, f16, group,
+                     t + jj);
         for (jj += jj < nk; jj < VL; jj++)
             UNROLL_FULL
             for (int r = 0; r < R; r++)
@@ -406,10 +416,11 @@ ALWAYS_INLINE void qkr_rows(const int R, const sdpa_dtype dt, int n, int dk, flo
 
 /* qkr_rows with the storage type as a constant (the types kernels/ukernel.h lets
  * qk_rows and qk_rows_q read). */
-#define QKR_DT(DT) qkr_rows(R, DT, n, dk, scale, q, ldq, k, ldkb, sc, ldsc, group, s, lds)
+#define QKR_DT(DT) qkr_rows(R, DT, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds)
 ALWAYS_INLINE void qkr_rows_dt(const int R, sdpa_dtype dt, int n, int dk, float scale,
                                const float *q, int ldq, const void *k, size_t ldkb,
-                               const float *sc, int64_t ldsc, int group, float *s, int lds) {
+                               const char *sc, int64_t ldscb, int f16, int group, float *s,
+                               int lds) {
     switch (dt) {
     case SDPA_F16: QKR_DT(SDPA_F16); return;
     case SDPA_BF16: QKR_DT(SDPA_BF16); return;
@@ -425,8 +436,8 @@ ALWAYS_INLINE void qkr_rows_dt(const int R, sdpa_dtype dt, int n, int dk, float 
 /* The parameter list of the qk_rows tiles (qk_rows_q's, less m). */
 #define QKR_ARGS                                                                             \
     int n, int dk, float scale, const float *q, int ldq, const void *k, size_t ldkb,         \
-        sdpa_dtype dt, const float *sc, int64_t ldsc, int group, float *s, int lds
-#define QKR_CALL n, dk, scale, q, ldq, k, ldkb, dt, sc, ldsc, group, s, lds
+        sdpa_dtype dt, const char *sc, int64_t ldscb, int f16, int group, float *s, int lds
+#define QKR_CALL n, dk, scale, q, ldq, k, ldkb, dt, sc, ldscb, f16, group, s, lds
 
 /* The qk_rows register tiles, one function per row count: qkr_Rrows holds 2 R
  * accumulators (R rows x the 2 keys that share each Q slice) + 2 K slices + 1 Q slice,
@@ -435,23 +446,26 @@ ALWAYS_INLINE void qkr_rows_dt(const int R, sdpa_dtype dt, int n, int dk, float 
  * Each row count is its own function rather than an arm of one switch function: in
  * decode, where each pass over a block is short and K streams from DRAM, the switch
  * form measured slower (docs/PERFORMANCE.md, "Kernel measurements"). */
-TILE void qkr_1row(QKR_ARGS) { qkr_rows_dt(1, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldsc, group, s, lds); }
-TILE void qkr_2rows(QKR_ARGS) { qkr_rows_dt(2, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldsc, group, s, lds); }
-TILE void qkr_3rows(QKR_ARGS) { qkr_rows_dt(3, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldsc, group, s, lds); }
-TILE void qkr_4rows(QKR_ARGS) { qkr_rows_dt(4, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldsc, group, s, lds); }
-TILE void qkr_5rows(QKR_ARGS) { qkr_rows_dt(5, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldsc, group, s, lds); }
-TILE void qkr_6rows(QKR_ARGS) { qkr_rows_dt(6, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldsc, group, s, lds); }
-TILE void qkr_7rows(QKR_ARGS) { qkr_rows_dt(7, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldsc, group, s, lds); }
-TILE void qkr_8rows(QKR_ARGS) { qkr_rows_dt(8, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldsc, group, s, lds); }
+TILE void qkr_1row(QKR_ARGS) { qkr_rows_dt(1, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds); }
+TILE void qkr_2rows(QKR_ARGS) { qkr_rows_dt(2, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds); }
+TILE void qkr_3rows(QKR_ARGS) { qkr_rows_dt(3, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds); }
+TILE void qkr_4rows(QKR_ARGS) { qkr_rows_dt(4, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds); }
+TILE void qkr_5rows(QKR_ARGS) { qkr_rows_dt(5, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds); }
+TILE void qkr_6rows(QKR_ARGS) { qkr_rows_dt(6, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds); }
+TILE void qkr_7rows(QKR_ARGS) { qkr_rows_dt(7, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds); }
+TILE void qkr_8rows(QKR_ARGS) { qkr_rows_dt(8, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds); }
 
 /* The contract's qk_rows_q in passes of QKR_MR rows (the including ISA's), the last
  * pass with the rest; each pass reads K once. The rows of a pass, min(QKR_MR, rows
  * left), are 1..QKR_MR, and an arm above QKR_MR is dead code, so the default cannot be
  * reached. */
 static void x86_qk_rows_q(int m, int n, int dk, float scale, const float *q0, int ldq,
-                          const void *k, int64_t ldkb_, sdpa_dtype dt, const float *sc,
-                          int64_t ldsc, int group, float *s0, int lds) {
+                          const void *k, int64_t ldkb_, sdpa_dtype dt, const sdpa_qscales *qs,
+                          float *s0, int lds) {
     const size_t ldkb = (size_t)ldkb_;
+    const int f16 = qs && qs->dt == SDPA_F16, group = qs ? qs->group : dk;
+    const char *sc = qs ? (const char *)qs->p : NULL;
+    const int64_t ldscb = qs ? qs->ld * (f16 ? 2 : 4) : 0;
     for (int r0 = 0; r0 < m; r0 += QKR_MR) {
         const float *q = q0 + (size_t)r0 * (size_t)ldq;
         float *s = s0 + (size_t)r0 * (size_t)lds;
@@ -472,8 +486,7 @@ static void x86_qk_rows_q(int m, int n, int dk, float scale, const float *q0, in
 /* The contract's qk_rows: the same tiles on rows stored as f32/f16/bf16 (no scales). */
 static void x86_qk_rows(int m, int n, int dk, float scale, const float *q, int ldq,
                         const void *k, int64_t ldk, sdpa_dtype dt, float *s, int lds) {
-    x86_qk_rows_q(m, n, dk, scale, q, ldq, k, ldk * (int64_t)elem_bytes(dt), dt, NULL, 0, dk, s,
-                  lds);
+    x86_qk_rows_q(m, n, dk, scale, q, ldq, k, ldk * (int64_t)elem_bytes(dt), dt, NULL, s, lds);
 }
 
 /* ---- softmax -------------------------------------------------------------------- */
@@ -559,8 +572,9 @@ typedef struct {
     int lastw;           /* columns in the chunk's last vector, 1..VL */
     int pf;              /* prefetch the V rows this many keys ahead (0: none) ... */
     size_t pfb;          /* ... this many bytes of each, where PV_PF_WHOLE_ROWS */
-    const float *sc;     /* a quantized V (pv_q): key j's scales at sc + j ldsc, ... */
-    int64_t ldsc;
+    const char *sc;      /* a quantized V (pv_q): key j's scales at sc + j ldscb bytes, */
+    int64_t ldscb;
+    int f16;             /* binary16 where f16, else fp32, ... */
     int goff[PV_WIDE_CMAX]; /* ... vector c's at offset goff[c] from them */
 } pv_chunk_args;
 
@@ -605,12 +619,12 @@ ALWAYS_INLINE void pv_tile(const int MRMAX, const int MR, const int NV, const in
         const char *vj = v + (size_t)j * ldvb;
         if (pf > 0 && j + pf < n)
             prefetch_row(vj + (size_t)pf * ldvb, pfb);
-        const float *sj = dt_quant(dt) ? a->sc + (int64_t)j * a->ldsc : NULL;
+        const char *sj = dt_quant(dt) ? a->sc + (int64_t)j * a->ldscb : NULL;
         UNROLL_FULL
         for (int c = 0; c < NV; c++) {
             const int whole = c < NV - 1 || FULL;
             vv[c] = load_kv(vj, VL * c, dt, whole ? v_full() : last, whole ? VL : a->lastw,
-                            dt_quant(dt) ? v_bcast(sj + a->goff[c]) : v_zero());
+                            dt_quant(dt) ? scale_at(sj, a->goff[c], a->f16) : v_zero());
         }
         UNROLL_FULL
         for (int k = 0; k < MR * NV; k++)
@@ -750,8 +764,9 @@ TILE void pvq_6x2v(const pv_chunk_args *a) { pv_row_tiles(6, 2, 1, a); }
 _Static_assert(PVQ_CMAX <= PV_WIDE_CMAX && PVQ_CMAX_FEW <= PV_WIDE_CMAX,
                "pv_chunk_args.goff holds a chunk's scale offsets");
 ALWAYS_INLINE void pv_chunks(const int QUANT, int m, int n, int dv, const float *p, int ldp,
-                             const void *v, size_t ldvb, sdpa_dtype dt, const float *sc,
-                             int64_t ldsc, int group, const float *alpha, float *o, int ldo) {
+                             const void *v, size_t ldvb, sdpa_dtype dt, const sdpa_qscales *qs,
+                             const float *alpha, float *o, int ldo) {
+    const int group = qs ? qs->group : dv, f16 = qs && qs->dt == SDPA_F16;
     const size_t rowb = dt_bytes(dt, (size_t)dv);
     const int nvec = (dv + VL - 1) / VL;
     const int wide = QUANT || m <= PV_WIDE_M;
@@ -766,7 +781,9 @@ ALWAYS_INLINE void pv_chunks(const int QUANT, int m, int n, int dv, const float 
             .m = m, .n = n, .p = p, .ldp = ldp, .v = (const char *)v + dt_bytes(dt, (size_t)(VL * c0)),
             .ldvb = ldvb, .alpha = alpha, .o = o + VL * c0, .ldo = ldo, .dt = dt,
             .lastw = min_int(VL * nv, dv - VL * c0) - VL * (nv - 1),
-            .pf = ch == 0 || !PV_PF_WHOLE_ROWS ? pf : 0, .pfb = rowb, .sc = sc, .ldsc = ldsc};
+            .pf = ch == 0 || !PV_PF_WHOLE_ROWS ? pf : 0, .pfb = rowb,
+            .sc = qs ? (const char *)qs->p : NULL, .ldscb = qs ? qs->ld * (f16 ? 2 : 4) : 0,
+            .f16 = f16};
         if (QUANT) {
             for (int c = 0; c < nv; c++)
                 a.goff[c] = VL * (c0 + c) / group;
@@ -780,12 +797,11 @@ ALWAYS_INLINE void pv_chunks(const int QUANT, int m, int n, int dv, const float 
 
 static void x86_pv(int m, int n, int dv, const float *p, int ldp, const void *v, int64_t ldv,
                    sdpa_dtype dt, const float *alpha, float *o, int ldo) {
-    pv_chunks(0, m, n, dv, p, ldp, v, (size_t)ldv * elem_bytes(dt), dt, NULL, 0, dv, alpha, o,
-              ldo);
+    pv_chunks(0, m, n, dv, p, ldp, v, (size_t)ldv * elem_bytes(dt), dt, NULL, alpha, o, ldo);
 }
 
 static void x86_pv_q(int m, int n, int dv, const float *p, int ldp, const void *v, int64_t ldvb,
-                     sdpa_dtype dt, const float *sc, int64_t ldsc, int group,
-                     const float *alpha, float *o, int ldo) {
-    pv_chunks(1, m, n, dv, p, ldp, v, (size_t)ldvb, dt, sc, ldsc, group, alpha, o, ldo);
+                     sdpa_dtype dt, const sdpa_qscales *qs, const float *alpha, float *o,
+                     int ldo) {
+    pv_chunks(1, m, n, dv, p, ldp, v, (size_t)ldvb, dt, qs, alpha, o, ldo);
 }

@@ -48,6 +48,11 @@ static inline vtail v_full(void) { return (vtail)0xffff; }
 static inline vf v_zero(void) { return _mm512_setzero_ps(); }
 static inline vf v_set1(float x) { return _mm512_set1_ps(x); }
 static inline vf v_bcast(const float *p) { return _mm512_set1_ps(*p); }
+/* The binary16 at p widened exactly (vcvtph2ps, NaN quietened like convert.h), in every
+ * lane. */
+static inline vf v_bcast_f16(const uint16_t *p) {
+    return _mm512_cvtph_ps(_mm256_set1_epi16((short)*p));
+}
 static inline vf v_loadu(const float *p) { return _mm512_loadu_ps(p); }
 static inline void v_storeu(float *p, vf x) { _mm512_storeu_ps(p, x); }
 
