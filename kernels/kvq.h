@@ -83,7 +83,7 @@ static inline float kvq_one(sdpa_dtype dt, const unsigned char *row, int64_t e) 
  * code's 32-bit-lane shifts and selects cost more in decode (docs/PERFORMANCE.md, "KV
  * caches"; 512-bit operations take two cycles on AMD Zen 4, and KVQ_I4 works in
  * 128-bit operations up to its one widening). */
-#if defined(__AVX512F__) && defined(__AVX512BW__)
+#if defined(__AVX2__) /* both x86 tables (AVX-512 implies it) */
 #include <immintrin.h>
 /* x86: the int4 codes of the bytes of b (low nibble first) as signed bytes in order,
  * (nibble ^ 8) - 8, in 128-bit operations, before the one widening to 32-bit lanes. */
@@ -93,6 +93,8 @@ static inline float kvq_one(sdpa_dtype dt, const unsigned char *row, int64_t e) 
                                                                _mm_set1_epi8(15))),        \
                                _mm_set1_epi8(8)),                                          \
                  _mm_set1_epi8(8))
+#endif
+#if defined(__AVX512F__) && defined(__AVX512BW__)
 #define KVQ_LANES 16
 #define KVQ_WIDEN(out, p, SIGNED)                                                          \
     do {                                                                                   \
@@ -121,13 +123,6 @@ static inline float kvq_one(sdpa_dtype dt, const unsigned char *row, int64_t e) 
         (out) = (kvq_f32)f_;                                                               \
     } while (0)
 #elif defined(__AVX2__)
-#include <immintrin.h>
-#define KVQ_NIBBLES(b)                                                                     \
-    _mm_sub_epi8(_mm_xor_si128(_mm_unpacklo_epi8(_mm_and_si128((b), _mm_set1_epi8(15)),    \
-                                                 _mm_and_si128(_mm_srli_epi16((b), 4),     \
-                                                               _mm_set1_epi8(15))),        \
-                               _mm_set1_epi8(8)),                                          \
-                 _mm_set1_epi8(8))
 #define KVQ_LANES 8
 #define KVQ_WIDEN(out, p, SIGNED)                                                          \
     do {                                                                                   \
