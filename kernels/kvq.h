@@ -203,20 +203,12 @@ typedef float kvq_f32 __attribute__((vector_size(4 * KVQ_LANES)));
 #endif
 
 #ifdef KVQ_LANES
-/* value(code) of elements [i, i + nv) of a row stored as dt (quantized), 1 <= nv <=
- * KVQ_LANES, in lanes [0, nv) and 0 in the rest, without reading past element i + nv - 1:
- * a whole register of codes is read in place, a shorter tail through a zeroed local copy
- * (code 0 is the value 0 in every format). The fused tiles (kernels/x86/tiles.h) and
- * kvq_span below both decode through it, so they give the same values. i is even for
- * SDPA_I4 (two codes per byte, the even one in the low nibble). */
-static inline kvq_f32 kvq_codes(sdpa_dtype dt, const unsigned char *row, int64_t i, int nv) {
+/* value(code) of elements [i, i + KVQ_LANES) of a row stored as dt (quantized), a whole
+ * register of codes read in place. The fused tiles (kernels/x86/tiles.h) and kvq_span
+ * below both decode through it (and kvq_codes_part), so they give the same values. i is
+ * even for SDPA_I4 (two codes per byte, the even one in the low nibble). */
+static inline kvq_f32 kvq_codes(sdpa_dtype dt, const unsigned char *row, int64_t i) {
     const unsigned char *p = row + (dt == SDPA_I4 ? i / 2 : i);
-    unsigned char tail[KVQ_LANES];
-    if (nv < KVQ_LANES) {
-        memset(tail, 0, sizeof tail);
-        memcpy(tail, p, dt == SDPA_I4 ? (size_t)(nv + 1) / 2 : (size_t)nv);
-        p = tail;
-    }
     kvq_u32 c;
     kvq_f32 v;
     switch (dt) {
@@ -256,6 +248,20 @@ static inline kvq_f32 kvq_codes(sdpa_dtype dt, const unsigned char *row, int64_t
     }
     return v;
 }
+
+/* The same for elements [i, i + nv), 1 <= nv < KVQ_LANES, in lanes [0, nv) and 0 in the
+ * rest, without reading past element i + nv - 1: through a zeroed local copy (code 0 is
+ * the value 0 in every format). Out of line: a tail is rare, and inlined into every
+ * instance of the fused tiles it tripled the ISA file's compile time. */
+static __attribute__((noinline, unused)) kvq_f32 kvq_codes_part(sdpa_dtype dt,
+                                                                const unsigned char *row,
+                                                                int64_t i, int nv) {
+    unsigned char tail[KVQ_LANES];
+    memset(tail, 0, sizeof tail);
+    memcpy(tail, row + (dt == SDPA_I4 ? i / 2 : i),
+           dt == SDPA_I4 ? (size_t)(nv + 1) / 2 : (size_t)nv);
+    return kvq_codes(dt, tail, 0);
+}
 #endif
 
 /* Elements [d0, d0 + n) of a row stored as dt, times scale s, into out[0 .. n). */
@@ -264,11 +270,11 @@ static inline void kvq_span(sdpa_dtype dt, const unsigned char *row, int64_t d0,
 #ifdef KVQ_LANES
     int d = 0;
     for (; d + KVQ_LANES <= n; d += KVQ_LANES) { /* whole registers: constant sizes */
-        const kvq_f32 v = kvq_codes(dt, row, d0 + d, KVQ_LANES) * s;
+        const kvq_f32 v = kvq_codes(dt, row, d0 + d) * s;
         memcpy(out + d, &v, sizeof v);
     }
     if (d < n) {
-        const kvq_f32 v = kvq_codes(dt, row, d0 + d, n - d) * s;
+        const kvq_f32 v = kvq_codes_part(dt, row, d0 + d, n - d) * s;
         memcpy(out + d, &v, (size_t)(n - d) * sizeof(float));
     }
 #else

@@ -91,8 +91,9 @@ ALWAYS_INLINE size_t dt_bytes(sdpa_dtype dt, size_t n) {
 ALWAYS_INLINE vf load_kv(const char *row, int i, sdpa_dtype dt, vtail t, int nt, vf sv) {
     if (!dt_quant(dt))
         return load_dt(row, i, dt, t);
-    const vf x = (vf)kvq_codes(dt, (const unsigned char *)row, i, nt) * sv;
-    return nt < VL ? v_keep(t, x) : x;
+    if (nt < VL)
+        return v_keep(t, (vf)kvq_codes_part(dt, (const unsigned char *)row, i, nt) * sv);
+    return (vf)kvq_codes(dt, (const unsigned char *)row, i) * sv;
 }
 
 /* Scale i of a quantized row's scales at sp (bytes), fp32 or, where f16, binary16, in
@@ -665,11 +666,13 @@ ALWAYS_INLINE void pv_tile_q(const int MRMAX, const int MR, const int NV, const 
 #undef PV_DT
 
 /* pv_tile with FULL and the storage type as constants. Without V_MASKS_FREE a chunk
- * with no Dv tail runs an instance with no masks at all (FULL). */
+ * with no Dv tail runs an instance with no masks at all (FULL), except on a quantized V:
+ * its decode reads whole vectors unmasked anyway (load_kv), and a second instance of
+ * every pvq tile cost more compile time than the masked O loads and stores cost time. */
 ALWAYS_INLINE void pv_tile_dt(const int MRMAX, const int MR, const int NV, const int QUANT,
                               const pv_chunk_args *a, const float *p, const float *alpha,
                               float *o, vtail last, int pf) {
-    if (!V_MASKS_FREE && a->lastw == VL) {
+    if (!V_MASKS_FREE && !QUANT && a->lastw == VL) {
         pv_tile_q(MRMAX, MR, NV, 1, QUANT, a, p, alpha, o, last, pf);
         return;
     }
