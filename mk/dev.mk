@@ -5,40 +5,46 @@
 
 # ---- aarch64 on an x86 host: cross-compile, run under qemu-user -----------------------
 # Builds the library, the suite and the tools with $(AARCH64_CC) into build-aarch64/
-# (CFLAGS, WERROR... pass through) and runs the suite under qemu twice, at once (two
-# targets: `make -j2 -O test-aarch64`):
+# (CFLAGS, WERROR... pass through) and runs, as independent targets so `make -j2 -O
+# test-aarch64` keeps both cores busy (one run under emulation takes 13-100 s):
 #   - -cpu max (FEAT_BF16 included) with 2 OpenMP threads: every suite, --quick sweeps,
-#     on the aarch64 tables, neon and neonbf16 (the scalar table is the same C as on x86,
-#     where it runs in full; its aarch64 build runs in the A72 run below). max is
-#     qemu-user's default aarch64 CPU (qemu 7.2: SDPA_VERBOSE=1 reports hwcap bf16 and
-#     neonbf16 usable there), named anyway so the run keeps FEAT_BF16 whatever another
-#     qemu's default is;
+#     on the aarch64 tables, neon and neonbf16, one run per table (the neon run takes
+#     ~100 s, the neonbf16 one ~40 s: the once-per-process api and soak suites run in
+#     both). The scalar table is the same C as on x86, where it runs in full; its
+#     aarch64 build runs in the A72 run below. max is qemu-user's default aarch64 CPU
+#     (qemu 7.2: SDPA_VERBOSE=1 reports hwcap bf16 and neonbf16 usable there), named
+#     anyway so the run keeps FEAT_BF16 whatever another qemu's default is;
 #   - -cpu cortex-a72 (ARMv8.0 only: any newer instruction dies with SIGILL) with 1: the
 #     suites that run every tile function and the driver's paths (api, seeds, sweep,
 #     layout, skip, traps, ukernel) on scalar and neon, --quick: its job is to show the
 #     baseline tables run on a core without the newer features; neonbf16 is reported not
-#     usable there and none of its code runs.
-# Under emulation each run takes about a minute and a half (the whole suite in full on
-# all three tables, five minutes). Then sdpa-run --check (plain C, no Google Benchmark)
-# on both CPUs, and in the bf16 compute mode on neonbf16. Emulated times mean nothing.
-# Debian packages: gcc-aarch64-linux-gnu libgomp1-arm64-cross qemu-user.
+#     usable there and none of its code runs;
+#   - sdpa-run --check (plain C, no Google Benchmark) on both CPUs, and in the bf16
+#     compute mode on neonbf16.
+# Emulated times mean nothing. Debian packages: gcc-aarch64-linux-gnu libgomp1-arm64-cross
+# qemu-user.
 AARCH64_CC   ?= aarch64-linux-gnu-gcc
 QEMU_AARCH64 ?= qemu-aarch64 -L /usr/aarch64-linux-gnu
 AARCH64_RUN  := build-aarch64/sdpa-run
 
-.PHONY: test-aarch64 aarch64-build aarch64-suite-default aarch64-suite-a72
+AARCH64_SUITES := aarch64-suite-neon aarch64-suite-neonbf16 aarch64-suite-a72 \
+                  aarch64-run-max aarch64-run-bf16 aarch64-run-a72
+.PHONY: test-aarch64 aarch64-build $(AARCH64_SUITES)
 aarch64-build:
 	$(MAKE) CC=$(AARCH64_CC) BUILD=build-aarch64 build-aarch64/sdpa-test \
 	  build-aarch64/sdpa-demo $(AARCH64_RUN)
-aarch64-suite-default: aarch64-build
-	OMP_NUM_THREADS=2 $(QEMU_AARCH64) -cpu max build-aarch64/sdpa-test --quick --isa neon,neonbf16
+aarch64-suite-neon aarch64-suite-neonbf16: aarch64-suite-%: aarch64-build
+	OMP_NUM_THREADS=2 $(QEMU_AARCH64) -cpu max build-aarch64/sdpa-test --quick --isa $*
 aarch64-suite-a72: aarch64-build
 	OMP_NUM_THREADS=1 $(QEMU_AARCH64) -cpu cortex-a72 build-aarch64/sdpa-test --quick \
 	  --isa scalar,neon api seeds sweep layout skip traps ukernel
-test-aarch64: aarch64-suite-default aarch64-suite-a72
+aarch64-run-max: aarch64-build
 	$(QEMU_AARCH64) -cpu max $(AARCH64_RUN) --check
+aarch64-run-bf16: aarch64-build
 	$(QEMU_AARCH64) -cpu max $(AARCH64_RUN) --check --isa neonbf16 --compute bf16
+aarch64-run-a72: aarch64-build
 	$(QEMU_AARCH64) -cpu cortex-a72 $(AARCH64_RUN) --check --isa neon --threads 1
+test-aarch64: $(AARCH64_SUITES)
 
 # ---- hardening: fuzzing, sanitizers, valgrind -----------------------------------------
 #   make fuzz [FUZZ_SECONDS=60] [FUZZ_ISA=auto|scalar|avx2|avx512|neon] [FUZZ_ARGS=...]
@@ -69,7 +75,7 @@ FUZZ_CFLAGS  := -std=c11 -D_DEFAULT_SOURCE $(WARN) $(CFLAGS) -fopenmp -Iinclude
 FUZZ_OBJS    := $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(LIB_SRCS))
 FUZZ_SRCS    := tests/fuzz/fuzz_main.c tests/fuzz/fuzz_core.c common/case.c tests/oracle.c
 
-.PHONY: fuzz fuzz-isas fuzz-corpus tsan valgrind valgrind-build
+.PHONY: fuzz fuzz-isas fuzz-corpus tsan valgrind valgrind-build valgrind-scalar-drivers
 $(FUZZ_BUILD)/obj/src/%.o: src/%.c
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_INSTR) $(ISA_DEFS) -MMD -MP -c $< -o $@
@@ -133,21 +139,27 @@ tsan:
 # thread counts: over a minute each under valgrind, and the ASan build runs them); on the
 # SIMD tables also not features and extremes, whose cases reach the driver's paths
 # (masks, lengths, modifiers, special values), which the scalar run covers, while its
-# ukernel, seeds, layout and layer suites reach every tile function of the table
-# (features alone took 78 s on avx2 under valgrind).
-VALGRIND_BUILD  := build-vg
+# ukernel, seeds, layout and layer suites reach every tile function of the table.
+# Scalar's features and extremes (67 s and 25 s under valgrind, the rest of its suites
+# 40 s, avx2's 63 s) are a target of their own, first, so -j2 runs them beside the
+# others. VALGRIND_BUILD=build reuses the default build where its flags are the same
+# (CI).
+VALGRIND_BUILD  ?= build-vg
 VALGRIND_ISAS   ?= scalar avx2
 VALGRIND_SUITES ?= api seeds layout skip traps broken ukernel features layer extremes \
                    fuzzcases soak
-VALGRIND_SIMD_SUITES ?= $(filter-out features extremes,$(VALGRIND_SUITES))
-valgrind: $(addprefix valgrind-isa-,$(VALGRIND_ISAS))
+VALGRIND_DRIVER_SUITES := features extremes
+VALGRIND_RUN = SDPA_ISA=$(1) OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive valgrind -q \
+  --error-exitcode=99 --leak-check=full --show-leak-kinds=definite \
+  --errors-for-leak-kinds=definite ./$(VALGRIND_BUILD)/sdpa-test --quick --isa $(1) $(2)
+valgrind: $(if $(filter scalar,$(VALGRIND_ISAS)),valgrind-scalar-drivers) \
+          $(addprefix valgrind-isa-,$(VALGRIND_ISAS))
 valgrind-build:
 	$(MAKE) BUILD=$(VALGRIND_BUILD) $(VALGRIND_BUILD)/sdpa-test
+valgrind-scalar-drivers: valgrind-build
+	$(call VALGRIND_RUN,scalar,$(filter $(VALGRIND_DRIVER_SUITES),$(VALGRIND_SUITES)))
 valgrind-isa-%: valgrind-build
-	SDPA_ISA=$* OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive valgrind -q --error-exitcode=99 \
-	  --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=definite \
-	  ./$(VALGRIND_BUILD)/sdpa-test --quick --isa $* \
-	  $(if $(filter scalar,$*),$(VALGRIND_SUITES),$(VALGRIND_SIMD_SUITES))
+	$(call VALGRIND_RUN,$*,$(filter-out $(VALGRIND_DRIVER_SUITES),$(VALGRIND_SUITES)))
 
 # ---- ABI: a program built against the previous release's header ---------------------
 # tests/abi/sdpa-0.1.0.h is the 0.1.0 include/sdpa.h, kept verbatim; the caller built
