@@ -14,6 +14,7 @@
 #include <stddef.h>
 
 #include "sdpa.h"
+#include "ukernel.h"
 
 /* The tile functions are written once with compile-time row/vector counts and
  * instantiated per count; forcing the inlining is what turns their small arrays of
@@ -41,7 +42,6 @@ static inline size_t elem_bytes(sdpa_dtype dt) { return dt == SDPA_F32 ? 4 : 2; 
  * the L1 data cache's size (its comment has the measurements). Unrolled (in full where
  * nb is a constant), because a loop around each prefetch was slower in decode, where the
  * prefetches are what the loads wait on (docs/PERFORMANCE.md, "Kernel measurements"). */
-extern int sdpa_prefetch_l1;
 ALWAYS_INLINE void prefetch_row(const char *row, size_t nb) {
     if (sdpa_prefetch_l1) {
         _Pragma("GCC unroll 16")

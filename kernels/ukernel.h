@@ -53,13 +53,20 @@
 
 /* Decode reads K and V once, from DRAM, with little arithmetic per byte to hide the
  * latency behind. Kernels that stream caller rows in decode (qk_rows, and pv for few
- * rows) prefetch the row this many bytes of row data ahead of the one they are on
- * (within their call), and the driver prefetches the first this-many bytes of a block's
- * V before qk_rows and of the next block's K before pv, where no kernel's own prefetch
- * reaches. One 4 KiB page: the hardware prefetchers stop at page boundaries, so the
- * software prefetch covers the page the core reaches next; shorter and longer distances
- * were slower (docs/PERFORMANCE.md, "Kernel measurements"). */
-#define SDPA_PREFETCH_AHEAD 4096
+ * rows) prefetch the row this many bytes of row data ahead of the one they are on,
+ * within their call and, where the driver says the rows go on (npf below), past its
+ * end into the next call's, so the prefetches run as one stream across the blocks;
+ * the driver prefetches the first this-many bytes of a block itself only where no call
+ * streamed into it (a unit's first block, after a masked block). At least one 4 KiB
+ * page: the hardware prefetchers stop at page boundaries, so the software prefetch
+ * covers the page the core reaches next. Into L1 (sdpa_prefetch_l1: src/dispatch.c
+ * decides from the L1 data cache's size) one page, since a longer lookahead evicts the
+ * block being read; into L2, which holds both many times over, two: measured
+ * (docs/PERFORMANCE.md, "Kernel measurements", "Decode prefetching"), 4 KiB into L1
+ * best on AMD Zen 5 (48 KiB L1D; 2 and 8 KiB slower), 8 KiB into L2 on AMD Zen 4 (32 KiB
+ * L1D; 4 and 16 KiB slower). */
+extern int sdpa_prefetch_l1;
+#define SDPA_PREFETCH_AHEAD (sdpa_prefetch_l1 ? 4096 : 8192)
 
 /* The scale groups qk_rows_q and pv_q take besides one per row: multiples of this, a
  * multiple of every table's vector length (16 floats on AVX-512, 8 on AVX2, 4 on NEON),
@@ -102,7 +109,7 @@ typedef struct sdpa_kernels {
      * whichever rows share the call, so the driver may run a band of an item's rows
      * (and the attention weights recompute exactly the forward pass's scores). */
     void (*qk_rows)(int m, int n, int dk, float scale, const float *q, int ldq, const void *k,
-                    int64_t ldk, sdpa_dtype dt, float *s, int lds);
+                    int64_t ldk, sdpa_dtype dt, float *s, int lds, int npf);
 
     /* The online-softmax step above on m rows of n scores, in place (S becomes P).
      * NaN scores propagate to l_run; -inf scores become exactly 0. */
@@ -111,9 +118,15 @@ typedef struct sdpa_kernels {
 
     /* O[r][:dv] = alpha[r] * O[r][:dv] + sum_{j<n} P[r][j] * fp32(V[j][:dv]) for r < m.
      * alpha == NULL means no rescale (O += P V). V rows are ldv elements apart in caller
-     * memory, stored as dt; P rows ldp apart, O rows ldo apart. */
+     * memory, stored as dt; P rows ldp apart, O rows ldo apart.
+     * npf (>= 0), here and in qk_rows, qk_rows_q and pv_q: the rows n .. n + npf - 1 at
+     * the same stride are the next rows the driver will hand a kernel (decode's stream
+     * of K or V continues there): a kernel that prefetches the rows ahead of the one it
+     * is on may prefetch those too, up to its prefetch distance (SDPA_PREFETCH_AHEAD),
+     * and the driver then leaves the next call's first rows to it. Never read: 0 where
+     * the rows end with the call (a page's last row, a unit's last block). */
     void (*pv)(int m, int n, int dv, const float *p, int ldp, const void *v, int64_t ldv,
-               sdpa_dtype dt, const float *alpha, float *o, int ldo);
+               sdpa_dtype dt, const float *alpha, float *o, int ldo, int npf);
 
     /* y[i] = exp(x[i]) for i < n, the same exp softmax uses (y may equal x; neither
      * needs any alignment, and nothing past x[n-1]/y[n-1] is touched). exp(-inf) = 0,
@@ -146,9 +159,10 @@ typedef struct sdpa_kernels {
      * scratch and reading them back. */
     void (*qk_rows_q)(int m, int n, int dk, float scale, const float *q, int ldq,
                       const void *k, int64_t ldkb, sdpa_dtype dt, const sdpa_qscales *sc,
-                      float *s, int lds);
+                      float *s, int lds, int npf);
     void (*pv_q)(int m, int n, int dv, const float *p, int ldp, const void *v, int64_t ldvb,
-                 sdpa_dtype dt, const sdpa_qscales *sc, const float *alpha, float *o, int ldo);
+                 sdpa_dtype dt, const sdpa_qscales *sc, const float *alpha, float *o, int ldo,
+                 int npf);
 
     /* ---- bf16 compute (SDPA_COMPUTE_BF16, include/sdpa.h) ----------------------------
      * Set by the tables whose registry row computes the mode (src/dispatch.c), NULL in

@@ -158,9 +158,11 @@ int prepare_block(const plan *pl, const rows *it, const scratch *w, int ra, int 
 void dropout_block(const plan *pl, const rows *it, const scratch *w, int ra, int rb, int64_t j0,
                    int n);
 /* O rows [ra, rb) += P V for one block of n keys at v, exact for the masking
- * prepare_block reported (masked): a hidden key's V never enters a result. */
-void pv_block(const plan *pl, const rows *it, const scratch *w, int ra, int rb, int64_t j0,
-              int n, const vrows *v, int masked);
+ * prepare_block reported (masked): a hidden key's V never enters a result. The npf rows
+ * after the block's continue V's stream (kernels/ukernel.h, pv); returns 1 if they went
+ * to a whole-block pv call (which may prefetch them), 0 if not. */
+int pv_block(const plan *pl, const rows *it, const scratch *w, int ra, int rb, int64_t j0,
+             int n, const vrows *v, int masked, int npf);
 
 /* ---- kvcache.c ---- */
 

@@ -143,10 +143,10 @@ void kv_prefetch_run(const plan *pl, const rows *it, int which, int64_t j, int64
     const int64_t step = n > 1 ? (which ? p->vs : p->ks)[2] * sdpa_kv_bits(dt) / 8 : 0;
     /* the run's rows, at most 8 KiB: all of a quantized run (16 short rows) or of a
      * 16-token page of fp32 rows. Only the first 4 KiB of a page (the driver's block-head
-     * rule) left paged fp32 decode at 47 ms against 36 ms for the whole page
+     * rule then) left paged fp32 decode at 47 ms against 36 ms for the whole page
      * (decode-long-paged16, docs/PERFORMANCE.md "KV caches"): a page run is short and
      * nothing else fetches its second half early. */
-    int64_t budget = 2 * SDPA_PREFETCH_AHEAD;
+    int64_t budget = 8192;
     for (int64_t r = 0; r < n && budget > 0; r++)
         for (int64_t off = 0; off < rowb && budget > 0; off += 64, budget -= 64) {
             /* 64-byte lines (x86-64, arm64), into L1 or L2 as internal.h's

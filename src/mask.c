@@ -208,10 +208,17 @@ static const vrows *v_from(const vrows *v, int64_t j, vrows *tmp) {
 }
 
 /* O rows += (rescaled by alpha unless NULL) P rows x n V rows from v: the table's pv on
- * the scratch rows starting at S row p and O row o. */
+ * the scratch rows starting at S row p and O row o; the npf V rows after them continue
+ * the stream (kernels/ukernel.h). */
+static void pv_call_pf(const plan *pl, int m, int n, const float *p, const vrows *v,
+                       const float *alpha, float *o, int npf) {
+    pl->kt->pv(m, n, (int)pl->p.Dv, p, pl->lds, v->v, v->ld, v->dt, alpha, o, pl->ldo, npf);
+}
+
+/* pv_call_pf on rows that end a stream: a part of a block. */
 static void pv_call(const plan *pl, int m, int n, const float *p, const vrows *v,
                     const float *alpha, float *o) {
-    pl->kt->pv(m, n, (int)pl->p.Dv, p, pl->lds, v->v, v->ld, v->dt, alpha, o, pl->ldo);
+    pv_call_pf(pl, m, n, p, v, alpha, o, 0);
 }
 
 /* P V of rows [ra, rb) of a block where each row sees one contiguous range [a_r, e_r) of
@@ -300,19 +307,24 @@ static void pv_visible_only(const plan *pl, const scratch *w, int ra, int rb, in
     }
 }
 
-void pv_block(const plan *pl, const rows *it, const scratch *w, int ra, int rb, int64_t j0,
-              int n, const vrows *v, int masked) {
+int pv_block(const plan *pl, const rows *it, const scratch *w, int ra, int rb, int64_t j0,
+             int n, const vrows *v, int masked, int npf) {
     const sdpa_problem *p = &pl->p;
     const int mb = rb - ra;
     float *s_ra = w->s + (size_t)ra * (size_t)pl->lds;
     if (masked & MASKED_EXPLICIT) {
-        if (v_block_finite(v->v, v->ld, v->dt, n, (int)p->Dv))
-            pv_call(pl, mb, n, s_ra, v, w->alpha + ra, w->o + (size_t)ra * (size_t)pl->ldo);
-        else
-            pv_visible_only(pl, w, ra, rb, n, v);
-    } else if (masked) {
-        pv_ranges(pl, it, w, ra, rb, j0, n, v);
-    } else {
-        pv_call(pl, mb, n, s_ra, v, w->alpha + ra, w->o + (size_t)ra * (size_t)pl->ldo);
+        if (v_block_finite(v->v, v->ld, v->dt, n, (int)p->Dv)) {
+            pv_call_pf(pl, mb, n, s_ra, v, w->alpha + ra, w->o + (size_t)ra * (size_t)pl->ldo,
+                       npf);
+            return npf > 0;
+        }
+        pv_visible_only(pl, w, ra, rb, n, v);
+        return 0;
     }
+    if (masked) {
+        pv_ranges(pl, it, w, ra, rb, j0, n, v);
+        return 0;
+    }
+    pv_call_pf(pl, mb, n, s_ra, v, w->alpha + ra, w->o + (size_t)ra * (size_t)pl->ldo, npf);
+    return npf > 0;
 }

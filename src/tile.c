@@ -110,11 +110,11 @@ static void round_rows_bf16(int n, int64_t dim, const char *src, int64_t ld, sdp
 }
 
 /* Ask for the first SDPA_PREFETCH_AHEAD bytes of rows (at most n of them, `bytes` long,
- * ld bytes apart) to be in cache soon: the start of a block of K or V, which the
- * kernels' own prefetching (rows ahead within their call) does not reach. Only the head
- * of the block: a whole next block in one burst fills the miss buffers ahead of the
- * current block's loads (docs/PERFORMANCE.md, "Decode prefetching"). __builtin_prefetch
- * (gcc, clang) needs no ISA flag. */
+ * ld bytes apart) to be in cache soon: the start of a block of K or V that no kernel
+ * call streamed into (run_keys' kahead, vahead). Only the head of the block: a whole
+ * next block in one burst fills the miss buffers ahead of the current block's loads
+ * (docs/PERFORMANCE.md, "Decode prefetching"). __builtin_prefetch (gcc, clang) needs no
+ * ISA flag. */
 static void prefetch_head(const char *base, int64_t ld, int n, size_t bytes) {
     const int nr = (int)min64(n, (int64_t)(SDPA_PREFETCH_AHEAD / bytes) + 1);
     for (int j = 0; j < nr; j++)
@@ -131,37 +131,43 @@ static void prefetch_head(const char *base, int64_t ld, int n, size_t bytes) {
  * else packed by pack_k for qk.
  * The choice is the plan's, never the block's, so the forward pass and the attention
  * weights compute every score the same way (both kernels give a row the same bits
- * whichever rows share the call). */
-static void block_scores(const plan *pl, const rows *it, const scratch *w, const vrows *kv,
-                         int64_t j0, int n, int ra, int rb) {
+ * whichever rows share the call).
+ * npf: the keys of the unit after the block (kernels/ukernel.h). Returns 1 if qk_rows
+ * read the block's last rows in place, told that the stream goes on (so it may have
+ * prefetched the next block's first rows), else 0. */
+static int block_scores(const plan *pl, const rows *it, const scratch *w, const vrows *kv,
+                        int64_t j0, int n, int ra, int rb, int npf) {
     const sdpa_problem *p = &pl->p;
     const sdpa_kernels *kt = pl->kt;
     float *s = w->s + (size_t)ra * (size_t)pl->lds;
     if (kv == NULL) { /* paged or quantized K on qk_rows: run by run (kvcache.c) */
         const float *q = w->q + (size_t)ra * (size_t)pl->ldq;
+        int streamed = 0;
         for (int64_t j = j0; j < j0 + n;) {
             const char *row;
             const int64_t len = kv_run(pl, it, 0, j, j0 + n, &row);
             if (j + len < j0 + n) /* the next page: no hardware prefetcher finds it */
                 kv_prefetch_run(pl, it, 0, j + len, j0 + n);
             if (pl->kq_fused) {
+                /* codes in place: the next block's rows follow this run's unless paged */
+                streamed = j + len == j0 + n && !p->pages.block_table && npf > 0;
                 const qrows k = kv_run_qrows(pl, it, 0, j, len, row);
                 kt->qk_rows_q(rb - ra, (int)len, (int)p->Dk, p->scale, q, pl->ldq, k.v, k.ldb,
-                              p->kt, &k.sc, s + (j - j0), pl->lds);
+                              p->kt, &k.sc, s + (j - j0), pl->lds, streamed ? npf : 0);
             } else {
                 const vrows k = kv_run_rows(pl, it, w, 0, j, len, row);
                 kt->qk_rows(rb - ra, (int)len, (int)p->Dk, p->scale, q, pl->ldq, k.v, k.ld,
-                            k.dt, s + (j - j0), pl->lds);
+                            k.dt, s + (j - j0), pl->lds, 0);
             }
             j += len;
         }
-        return;
+        return streamed;
     }
     if (pl->bf16_tiles) {
         kt->pack_k_bf16(n, (int)p->Dk, kv->v, kv->ld, kv->dt, w->kpb);
         kt->qk_bf16(rb - ra, n, (int)p->Dk, p->scale, w->qb + (size_t)ra * (size_t)pl->ldqb,
                     pl->ldqb, w->kpb, s, pl->lds);
-        return;
+        return 0;
     }
     const float *q = w->q + (size_t)ra * (size_t)pl->ldq;
     const char *k = kv->v;
@@ -174,11 +180,15 @@ static void block_scores(const plan *pl, const rows *it, const scratch *w, const
         dt = SDPA_BF16;
     }
     if (pl->k_in_place) {
-        kt->qk_rows(rb - ra, n, (int)p->Dk, p->scale, q, pl->ldq, k, ldk, dt, s, pl->lds);
-        return;
+        /* caller rows (not rounded into scratch, nor a gathered block) stream on */
+        const int streamed = k == kv->v && kv_in_place(pl, 0) && npf > 0;
+        kt->qk_rows(rb - ra, n, (int)p->Dk, p->scale, q, pl->ldq, k, ldk, dt, s, pl->lds,
+                    streamed ? npf : 0);
+        return streamed;
     }
     kt->pack_k(n, (int)p->Dk, k, ldk, dt, w->kp);
     kt->qk(rb - ra, n, (int)p->Dk, p->scale, q, pl->ldq, w->kp, s, pl->lds);
+    return 0;
 }
 
 /* P V for rows [ra, rb) of one block of n keys at v (caller memory), after the softmax
@@ -186,13 +196,16 @@ static void block_scores(const plan *pl, const rows *it, const scratch *w, const
  * bf16: with the bf16 tiles when nothing is masked or V is finite (a hidden key's P is
  * exactly 0 and rounds to 0, so 0 x V adds nothing); else P rounded to bf16 in place, V
  * rounded into scratch unless stored as bf16, and pv_block's exact paths on the fp32
- * tiles, which then multiply exactly the mode's operands. */
-static void block_pv(const plan *pl, const rows *it, const scratch *w, int ra, int rb,
-                     int64_t j0, int n, const vrows *v, int masked) {
+ * tiles, which then multiply exactly the mode's operands.
+ * npf and the result as block_scores' for V: 1 if the last pv call was told the stream
+ * goes on past the block. */
+static int block_pv(const plan *pl, const rows *it, const scratch *w, int ra, int rb,
+                    int64_t j0, int n, const vrows *v, int masked, int npf) {
     const sdpa_problem *p = &pl->p;
     const int Dv = (int)p->Dv;
     float *s = w->s + (size_t)ra * (size_t)pl->lds;
     if (v == NULL) { /* paged or quantized V, nothing masked: run by run (kvcache.c) */
+        int streamed = 0;
         for (int64_t j = j0; j < j0 + n;) {
             const char *row;
             const int64_t len = kv_run(pl, it, 1, j, j0 + n, &row);
@@ -201,23 +214,24 @@ static void block_pv(const plan *pl, const rows *it, const scratch *w, int ra, i
             const float *alpha = j == j0 ? w->alpha + ra : NULL;
             float *o = w->o + (size_t)ra * (size_t)pl->ldo;
             if (pl->vq_fused) {
+                streamed = j + len == j0 + n && !p->pages.block_table && npf > 0; /* as K's */
                 const qrows vq = kv_run_qrows(pl, it, 1, j, len, row);
                 pl->kt->pv_q(rb - ra, (int)len, Dv, s + (j - j0), pl->lds, vq.v, vq.ldb, p->vt,
-                             &vq.sc, alpha, o, pl->ldo);
+                             &vq.sc, alpha, o, pl->ldo, streamed ? npf : 0);
             } else {
                 const vrows vr = kv_run_rows(pl, it, w, 1, j, len, row);
                 pl->kt->pv(rb - ra, (int)len, Dv, s + (j - j0), pl->lds, vr.v, vr.ld, vr.dt,
-                           alpha, o, pl->ldo);
+                           alpha, o, pl->ldo, 0);
             }
             j += len;
         }
-        return;
+        return streamed;
     }
     if (pl->bf16_tiles && (!masked || v_block_finite(v->v, v->ld, v->dt, n, Dv))) {
         pl->kt->pack_v_bf16(n, Dv, v->v, v->ld, v->dt, w->vpb);
         pl->kt->pv_bf16(rb - ra, n, Dv, s, pl->lds, w->vpb, w->alpha + ra,
                         w->o + (size_t)ra * (size_t)pl->ldo, pl->ldo);
-        return;
+        return 0;
     }
     vrows vr = *v;
     if (pl->bf16) {
@@ -228,7 +242,9 @@ static void block_pv(const plan *pl, const rows *it, const scratch *w, int ra, i
             vr = (vrows){(const char *)w->vb, p->Dv, SDPA_BF16};
         }
     }
-    pv_block(pl, it, w, ra, rb, j0, n, &vr, masked);
+    /* caller rows stream on; rows rounded into scratch or a gathered block do not */
+    const int own = vr.v == v->v && kv_in_place(pl, 1);
+    return pv_block(pl, it, w, ra, rb, j0, n, &vr, masked, own ? npf : 0);
 }
 
 /* The weights mode's step on one block of scores (rows [ra, rb), after prepare_block if
@@ -286,11 +302,19 @@ void run_keys(const plan *pl, const rows *it, const scratch *w, int64_t ja, int6
     const size_t kes = sdpa_dtype_size(p->kt), ves = vin ? sdpa_dtype_size(p->vt) : 0;
     const char *kbase = kin ? sdpa_kv_row(p, 0, it->b, it->hk, it->seq.kv0, 0) : NULL;
     const char *vbase = vin ? sdpa_kv_row(p, 1, it->b, it->hk, it->seq.kv0, 0) : NULL;
+    /* whether the last qk_rows / pv call streamed past its block (block_scores,
+     * block_pv): the kernel then prefetched this block's first rows at its prefetch
+     * distance, as it did every row before, and the driver asks for them only when not
+     * (the unit's first block, a masked or skipped block): one burst of the head of a
+     * block in decode's steady state measured slower than the stream
+     * (docs/PERFORMANCE.md, "Decode prefetching") */
+    int kahead = 0, vahead = 0;
     for (int64_t j0 = ja; j0 < jb;) {
         /* blocks end on multiples of Bc (so split chunks, multiples of Bc, cut none) */
         const int64_t j1 = min64((j0 / pl->bc + 1) * pl->bc, jb);
         const int n = (int)(j1 - j0);
         if (block_fully_hidden(pl, it, w, j0, n)) {
+            kahead = vahead = 0;
             j0 = j1;
             continue;
         }
@@ -308,37 +332,44 @@ void run_keys(const plan *pl, const rows *it, const scratch *w, int64_t ja, int6
             while (rb > ra && (row_cut(it, w, rb - 1, j0, n, &a, &e), a == e))
                 rb--;
             if (ra == rb) { /* no row sees any key of the block */
+                kahead = vahead = 0;
                 j0 = j1;
                 continue;
             }
         }
         c->computed++;
+        /* keys of the unit after this block, the rows a kernel may prefetch past it, in
+         * plans of few rows (decode: K and V stream from DRAM; prefill's items reuse
+         * each block, and its pv prefetches nothing) */
+        const int npf = pl->k_in_place ? (int)min64(jb - j1, INT32_MAX) : 0;
         vrows v = {NULL, 0, SDPA_F32};
         if (vin) {
             v = (vrows){vbase + (size_t)(j0 * p->vs[2]) * ves, p->vs[2], p->vt};
             /* n > 1 only when the view has two rows or more, which bounds the row
              * stride's bytes (validate.c); a single row's stride is unbounded (INT64_MAX
              * passes, multiplied by 0) and would overflow here, so it is not used */
-            prefetch_head(v.v, n > 1 ? p->vs[2] * (int64_t)ves : 0, n, (size_t)Dv * ves);
-        } else if (vseg) { /* the first run of V, as prefetch_head above: before QK^T */
+            if (!vahead)
+                prefetch_head(v.v, n > 1 ? p->vs[2] * (int64_t)ves : 0, n, (size_t)Dv * ves);
+        } else if (vseg && !vahead) { /* the first run of V, as prefetch_head: before QK^T */
             kv_prefetch_run(pl, it, 1, j0, j1);
         }
         const vrows k = kin    ? (vrows){kbase + (size_t)(j0 * p->ks[2]) * kes, p->ks[2], p->kt}
                         : kseg ? (vrows){NULL, 0, SDPA_F32}
                                : kv_block(pl, it, w, 0, j0, n);
-        block_scores(pl, it, w, kseg ? NULL : &k, j0, n, ra, rb);
+        kahead = block_scores(pl, it, w, kseg ? NULL : &k, j0, n, ra, rb, npf);
         const int masked = plain ? 0 : prepare_block(pl, it, w, ra, rb, j0, n);
         c->masked += masked != 0;
         if (!forward) {
             weights_block(pl, it, w, ra, rb, j0, n, plain);
+            vahead = 0;
             j0 = j1;
             continue;
         }
         kt->softmax(rb - ra, n, w->s + (size_t)ra * (size_t)pl->lds, pl->lds, w->m + ra,
                     w->l + ra, w->alpha + ra);
-        if (j1 < jb && kseg) /* the next block's first run of K, as below */
+        if (j1 < jb && kseg && !kahead) /* the next block's first run of K, as below */
             kv_prefetch_run(pl, it, 0, j1, min64(jb, j1 + pl->bc));
-        else if (j1 < jb && kin)
+        else if (j1 < jb && kin && !kahead)
             prefetch_head(kbase + (size_t)(j1 * p->ks[2]) * kes, p->ks[2] * (int64_t)kes,
                           (int)min64(jb - j1, pl->bc), (size_t)Dk * kes);
         if (p->dropout_p != 0.0f)
@@ -346,7 +377,7 @@ void run_keys(const plan *pl, const rows *it, const scratch *w, int64_t ja, int6
         const int vpages = vseg && !masked;
         if (!vin && !vpages)
             v = kv_block(pl, it, w, 1, j0, n);
-        block_pv(pl, it, w, ra, rb, j0, n, vpages ? NULL : &v, masked);
+        vahead = block_pv(pl, it, w, ra, rb, j0, n, vpages ? NULL : &v, masked, npf);
         j0 = j1;
     }
 }

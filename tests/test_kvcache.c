@@ -301,8 +301,11 @@ static void fused_quantized(void) {
                     for (int j = 0; j < n; j++)
                         kt->dequant(D, codes + j * ldb, dts[d], sc + j * ldsc, group, deq + j * D);
                     const sdpa_qscales qs = {scs, ldsc, group, sdt};
-                    kt->qk_rows_q(m, n, D, 0.125f, q, ldq, codes, ldb, dts[d], &qs, s1, lds);
-                    kt->qk_rows(m, n, D, 0.125f, q, ldq, deq, D, SDPA_F32, s2, lds);
+                    /* the fused calls are told the rows go on (npf), past the guard
+                     * page: prefetches only */
+                    kt->qk_rows_q(m, n, D, 0.125f, q, ldq, codes, ldb, dts[d], &qs, s1, lds,
+                                  4096);
+                    kt->qk_rows(m, n, D, 0.125f, q, ldq, deq, D, SDPA_F32, s2, lds, 0);
                     int sbad = 0, obad = 0;
                     for (int r = 0; r < m; r++)
                         sbad += !same_floats(s1 + r * lds, s2 + r * lds, n);
@@ -310,8 +313,8 @@ static void fused_quantized(void) {
                     for (int i = 0; i < m * lds; i++)
                         s1[i] = fabsf(s2[i]) < 1.0f ? fabsf(s2[i]) : 0.25f;
                     const float *al = cases % 2 ? alpha : NULL;
-                    kt->pv_q(m, n, D, s1, lds, codes, ldb, dts[d], &qs, al, o1, ldq);
-                    kt->pv(m, n, D, s1, lds, deq, D, SDPA_F32, al, o2, ldq);
+                    kt->pv_q(m, n, D, s1, lds, codes, ldb, dts[d], &qs, al, o1, ldq, 4096);
+                    kt->pv(m, n, D, s1, lds, deq, D, SDPA_F32, al, o2, ldq, 0);
                     for (int r = 0; r < m; r++)
                         obad += !same_floats(o1 + r * ldq, o2 + r * ldq, D);
                     CHECK(sbad == 0 && obad == 0,

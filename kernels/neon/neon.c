@@ -314,13 +314,14 @@ ALWAYS_INLINE void qkr_group(const int R, const int FULL, sdpa_dtype dt, int nk,
 
 ALWAYS_INLINE void qkr_rows(const int R, sdpa_dtype dt, int n, int dk, float scale,
                             const float *q, int ldq, const void *k, int64_t ldk, float *s,
-                            int lds) {
+                            int lds, int npf) {
     const int J = 16 / R;
     const size_t ldkb = (size_t)ldk * elem_bytes(dt), rowb = (size_t)dk * elem_bytes(dt);
     const int ahead = (int)(SDPA_PREFETCH_AHEAD / rowb) + 1;
+    const int pfend = n + min_int(npf, ahead); /* rows below it may be prefetched */
     int j0 = 0;
     for (; j0 + J <= n; j0 += J) {
-        for (int pj = j0 + ahead; pj < j0 + ahead + J && pj < n; pj++)
+        for (int pj = j0 + ahead; pj < j0 + ahead + J && pj < pfend; pj++)
             prefetch_row((const char *)k + (size_t)pj * ldkb, rowb);
         qkr_group(R, 1, dt, J, dk, scale, q, ldq, (const char *)k + (size_t)j0 * ldkb, ldkb,
                   s + j0, lds);
@@ -332,27 +333,27 @@ ALWAYS_INLINE void qkr_rows(const int R, sdpa_dtype dt, int n, int dk, float sca
 
 /* Rows in tiles of 4, then 2, then 1; one instantiation per storage type. */
 ALWAYS_INLINE void qk_rows_dt(sdpa_dtype dt, int m, int n, int dk, float scale, const float *q,
-                              int ldq, const void *k, int64_t ldk, float *s, int lds) {
+                              int ldq, const void *k, int64_t ldk, float *s, int lds, int npf) {
     int r = 0;
     for (; r + 4 <= m; r += 4)
         qkr_rows(4, dt, n, dk, scale, q + (size_t)r * (size_t)ldq, ldq, k, ldk,
-                 s + (size_t)r * (size_t)lds, lds);
+                 s + (size_t)r * (size_t)lds, lds, npf);
     if (m - r >= 2) {
         qkr_rows(2, dt, n, dk, scale, q + (size_t)r * (size_t)ldq, ldq, k, ldk,
-                 s + (size_t)r * (size_t)lds, lds);
+                 s + (size_t)r * (size_t)lds, lds, npf);
         r += 2;
     }
     if (r < m)
         qkr_rows(1, dt, n, dk, scale, q + (size_t)r * (size_t)ldq, ldq, k, ldk,
-                 s + (size_t)r * (size_t)lds, lds);
+                 s + (size_t)r * (size_t)lds, lds, npf);
 }
 
 static void neon_qk_rows(int m, int n, int dk, float scale, const float *q, int ldq,
-                         const void *k, int64_t ldk, sdpa_dtype dt, float *s, int lds) {
+                         const void *k, int64_t ldk, sdpa_dtype dt, float *s, int lds, int npf) {
     switch (dt) {
-    case SDPA_F16: qk_rows_dt(SDPA_F16, m, n, dk, scale, q, ldq, k, ldk, s, lds); break;
-    case SDPA_BF16: qk_rows_dt(SDPA_BF16, m, n, dk, scale, q, ldq, k, ldk, s, lds); break;
-    default: /* SDPA_F32 */ qk_rows_dt(SDPA_F32, m, n, dk, scale, q, ldq, k, ldk, s, lds); break;
+    case SDPA_F16: qk_rows_dt(SDPA_F16, m, n, dk, scale, q, ldq, k, ldk, s, lds, npf); break;
+    case SDPA_BF16: qk_rows_dt(SDPA_BF16, m, n, dk, scale, q, ldq, k, ldk, s, lds, npf); break;
+    default: /* SDPA_F32 */ qk_rows_dt(SDPA_F32, m, n, dk, scale, q, ldq, k, ldk, s, lds, npf); break;
     }
 }
 
@@ -421,8 +422,9 @@ static void neon_softmax(int m, int n, float *s, int lds, float *m_run, float *l
  * vectors of its V row, each FMLA'd against every row's P lane. Keys past the last
  * multiple of 4 use the P element itself (P padding is off limits). v points at the
  * tile's first column of key 0; V rows are ldvb bytes apart. With pf > 0 (decode: V
- * streams from DRAM; the first tile only) the pfb bytes of the rows pf keys ahead, within
- * the call, are prefetched: whole rows, so the other tiles find them in cache.
+ * streams from DRAM; the first tile only) the pfb bytes of the rows pf keys ahead, below
+ * pfend (n and the npf rows after the call: kernels/ukernel.h), are prefetched: whole
+ * rows, so the other tiles find them in cache.
  */
 ALWAYS_INLINE float32x4_t load_v(const char *vr, int c, const int w, sdpa_dtype dt) {
     return w ? load_part_dt(vr, c, w, dt) : load4(vr, c, dt);
@@ -440,7 +442,7 @@ ALWAYS_INLINE float32x4_t load_v(const char *vr, int c, const int w, sdpa_dtype 
 
 ALWAYS_INLINE void pv_tile(const int mr, const int nv, const int w, sdpa_dtype dt, int n,
                            const float *p, int ldp, const char *v, size_t ldvb, const float *alpha,
-                           float *o, int ldo, int pf, size_t pfb) {
+                           float *o, int ldo, int pf, int pfend, size_t pfb) {
     float32x4_t acc[NACC];
     _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {
         const float32x4_t a = vdupq_n_f32(alpha ? alpha[r] : 1.0f);
@@ -452,7 +454,7 @@ ALWAYS_INLINE void pv_tile(const int mr, const int nv, const int w, sdpa_dtype d
     }
     int j = 0;
     for (; j + 4 <= n; j += 4) {
-        for (int pj = j + pf; pf > 0 && pj < j + pf + 4 && pj < n; pj++)
+        for (int pj = j + pf; pf > 0 && pj < j + pf + 4 && pj < pfend; pj++)
             prefetch_row(v + (size_t)pj * ldvb, pfb);
         float32x4_t pv4[MR];
         _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
@@ -484,26 +486,26 @@ ALWAYS_INLINE void pv_tile(const int mr, const int nv, const int w, sdpa_dtype d
  * one; the first tile prefetches (pf, pfb: see pv_tile). */
 ALWAYS_INLINE void pv_rows(const int mr, const int nv, sdpa_dtype dt, int n, int dv,
                            const float *p, int ldp, const char *v, size_t ldvb,
-                           const float *alpha, float *o, int ldo, int pf) {
+                           const float *alpha, float *o, int ldo, int pf, int pfend) {
     const size_t es = elem_bytes(dt), pfb = (size_t)dv * es;
     int c = 0;
     for (; c + 4 * nv <= dv; c += 4 * nv)
         pv_tile(mr, nv, 0, dt, n, p, ldp, v + (size_t)c * es, ldvb, alpha, o + c, ldo,
-                c ? 0 : pf, pfb);
+                c ? 0 : pf, pfend, pfb);
     for (; c + 4 <= dv; c += 4)
         pv_tile(mr, 1, 0, dt, n, p, ldp, v + (size_t)c * es, ldvb, alpha, o + c, ldo,
-                c ? 0 : pf, pfb);
+                c ? 0 : pf, pfend, pfb);
     switch (dv - c) {
     case 1:
-        pv_tile(mr, 1, 1, dt, n, p, ldp, v + (size_t)c * es, ldvb, alpha, o + c, ldo, c ? 0 : pf,
+        pv_tile(mr, 1, 1, dt, n, p, ldp, v + (size_t)c * es, ldvb, alpha, o + c, ldo, c ? 0 : pf, pfend,
                 pfb);
         break;
     case 2:
-        pv_tile(mr, 1, 2, dt, n, p, ldp, v + (size_t)c * es, ldvb, alpha, o + c, ldo, c ? 0 : pf,
+        pv_tile(mr, 1, 2, dt, n, p, ldp, v + (size_t)c * es, ldvb, alpha, o + c, ldo, c ? 0 : pf, pfend,
                 pfb);
         break;
     case 3:
-        pv_tile(mr, 1, 3, dt, n, p, ldp, v + (size_t)c * es, ldvb, alpha, o + c, ldo, c ? 0 : pf,
+        pv_tile(mr, 1, 3, dt, n, p, ldp, v + (size_t)c * es, ldvb, alpha, o + c, ldo, c ? 0 : pf, pfend,
                 pfb);
         break;
     default:
@@ -517,36 +519,38 @@ ALWAYS_INLINE void pv_rows(const int mr, const int nv, sdpa_dtype dt, int n, int
 
 /* Rows in tiles of 8, 4, 2, 1; one instantiation per storage type. */
 ALWAYS_INLINE void pv_dt(sdpa_dtype dt, int m, int n, int dv, const float *p, int ldp,
-                         const void *v, int64_t ldv, const float *alpha, float *o, int ldo) {
+                         const void *v, int64_t ldv, const float *alpha, float *o, int ldo,
+                         int npf) {
     const char *vc = (const char *)v;
     const size_t ldvb = (size_t)ldv * elem_bytes(dt);
-    const int pf =
-        m <= PV_WIDE_M ? (int)(SDPA_PREFETCH_AHEAD / ((size_t)dv * elem_bytes(dt))) + 1 : 0;
+    const int ahead = (int)(SDPA_PREFETCH_AHEAD / ((size_t)dv * elem_bytes(dt))) + 1;
+    const int pf = m <= PV_WIDE_M || npf > 0 ? ahead : 0;
+    const int pfend = n + min_int(npf, ahead); /* rows below it may be prefetched */
     int r = 0;
     for (; r + 8 <= m; r += 8)
         pv_rows(8, 2, dt, n, dv, p + (size_t)r * (size_t)ldp, ldp, vc, ldvb,
-                alpha ? alpha + r : NULL, o + (size_t)r * (size_t)ldo, ldo, r ? 0 : pf);
+                alpha ? alpha + r : NULL, o + (size_t)r * (size_t)ldo, ldo, r ? 0 : pf, pfend);
     if (m - r >= 4) {
         pv_rows(4, 4, dt, n, dv, p + (size_t)r * (size_t)ldp, ldp, vc, ldvb,
-                alpha ? alpha + r : NULL, o + (size_t)r * (size_t)ldo, ldo, r ? 0 : pf);
+                alpha ? alpha + r : NULL, o + (size_t)r * (size_t)ldo, ldo, r ? 0 : pf, pfend);
         r += 4;
     }
     if (m - r >= 2) {
         pv_rows(2, 8, dt, n, dv, p + (size_t)r * (size_t)ldp, ldp, vc, ldvb,
-                alpha ? alpha + r : NULL, o + (size_t)r * (size_t)ldo, ldo, r ? 0 : pf);
+                alpha ? alpha + r : NULL, o + (size_t)r * (size_t)ldo, ldo, r ? 0 : pf, pfend);
         r += 2;
     }
     if (m - r >= 1)
         pv_rows(1, 8, dt, n, dv, p + (size_t)r * (size_t)ldp, ldp, vc, ldvb,
-                alpha ? alpha + r : NULL, o + (size_t)r * (size_t)ldo, ldo, r ? 0 : pf);
+                alpha ? alpha + r : NULL, o + (size_t)r * (size_t)ldo, ldo, r ? 0 : pf, pfend);
 }
 
 static void neon_pv(int m, int n, int dv, const float *p, int ldp, const void *v,
-                    int64_t ldv, sdpa_dtype dt, const float *alpha, float *o, int ldo) {
+                    int64_t ldv, sdpa_dtype dt, const float *alpha, float *o, int ldo, int npf) {
     switch (dt) {
-    case SDPA_F16: pv_dt(SDPA_F16, m, n, dv, p, ldp, v, ldv, alpha, o, ldo); break;
-    case SDPA_BF16: pv_dt(SDPA_BF16, m, n, dv, p, ldp, v, ldv, alpha, o, ldo); break;
-    default: /* SDPA_F32 */ pv_dt(SDPA_F32, m, n, dv, p, ldp, v, ldv, alpha, o, ldo); break;
+    case SDPA_F16: pv_dt(SDPA_F16, m, n, dv, p, ldp, v, ldv, alpha, o, ldo, npf); break;
+    case SDPA_BF16: pv_dt(SDPA_BF16, m, n, dv, p, ldp, v, ldv, alpha, o, ldo, npf); break;
+    default: /* SDPA_F32 */ pv_dt(SDPA_F32, m, n, dv, p, ldp, v, ldv, alpha, o, ldo, npf); break;
     }
 }
 

@@ -376,7 +376,8 @@ ALWAYS_INLINE void qkr_keys(const int R, const int NK, const sdpa_dtype dt, int 
  * Keys are read a pair of adjacent rows at a time, each from start to end (the order
  * the hardware prefetchers follow; reading slice-major, the first lines of VL rows, then
  * their second lines..., is much slower), and the rows SDPA_PREFETCH_AHEAD bytes ahead,
- * within the call, are prefetched so the core does not wait at every 4 KiB page
+ * within the call and into the npf rows after it (kernels/ukernel.h), are prefetched
+ * so the core does not wait at every 4 KiB page
  * (docs/PERFORMANCE.md, "Kernel measurements"). Per key: dk / VL K loads and
  * R dk / (2 VL) Q loads per R dk / VL FMAs, then per row per VL keys the tree's shuffles
  * and adds (45 at VL = 16, 21 at VL = 8). K rows are ldkb bytes apart; a quantized K's
@@ -384,9 +385,10 @@ ALWAYS_INLINE void qkr_keys(const int R, const int NK, const sdpa_dtype dt, int 
 ALWAYS_INLINE void qkr_rows(const int R, const sdpa_dtype dt, int n, int dk, float scale,
                             const float *q, int ldq, const void *k, size_t ldkb,
                             const char *sc, int64_t ldscb, int f16, int group, float *s,
-                            int lds) {
+                            int lds, int npf) {
     const size_t rowb = dt_bytes(dt, (size_t)dk);
     const int ahead = (int)(SDPA_PREFETCH_AHEAD / rowb) + 1;
+    const int pfend = n + min_int(npf, ahead); /* rows below it may be prefetched */
     const vf vs = v_set1(scale);
     vf t[QKR_ROWS_MAX * VL];
     for (int j0 = 0; j0 < n; j0 += VL) {
@@ -394,7 +396,7 @@ ALWAYS_INLINE void qkr_rows(const int R, const sdpa_dtype dt, int n, int dk, flo
         const char *ks = (const char *)k + (size_t)j0 * ldkb;
         int jj = 0;
         for (; jj + 2 <= nk; jj += 2) {
-            for (int pj = jj + ahead; pj < jj + ahead + 2 && j0 + pj < n; pj++)
+            for (int pj = jj + ahead; pj < jj + ahead + 2 && j0 + pj < pfend; pj++)
                 prefetch_row(ks + (size_t)pj * ldkb, rowb);
             const char *sj = dt_quant(dt) ? sc + (int64_t)(j0 + jj) * ldscb : NULL;
             qkr_keys(R, 2, dt, dk, q, ldq, ks + (size_t)jj * ldkb, ks + (size_t)(jj + 1) * ldkb,
@@ -417,11 +419,11 @@ ALWAYS_INLINE void qkr_rows(const int R, const sdpa_dtype dt, int n, int dk, flo
 
 /* qkr_rows with the storage type as a constant (the types kernels/ukernel.h lets
  * qk_rows and qk_rows_q read). */
-#define QKR_DT(DT) qkr_rows(R, DT, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds)
+#define QKR_DT(DT) qkr_rows(R, DT, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf)
 ALWAYS_INLINE void qkr_rows_dt(const int R, sdpa_dtype dt, int n, int dk, float scale,
                                const float *q, int ldq, const void *k, size_t ldkb,
                                const char *sc, int64_t ldscb, int f16, int group, float *s,
-                               int lds) {
+                               int lds, int npf) {
     switch (dt) {
     case SDPA_F16: QKR_DT(SDPA_F16); return;
     case SDPA_BF16: QKR_DT(SDPA_BF16); return;
@@ -437,8 +439,9 @@ ALWAYS_INLINE void qkr_rows_dt(const int R, sdpa_dtype dt, int n, int dk, float 
 /* The parameter list of the qk_rows tiles (qk_rows_q's, less m). */
 #define QKR_ARGS                                                                             \
     int n, int dk, float scale, const float *q, int ldq, const void *k, size_t ldkb,         \
-        sdpa_dtype dt, const char *sc, int64_t ldscb, int f16, int group, float *s, int lds
-#define QKR_CALL n, dk, scale, q, ldq, k, ldkb, dt, sc, ldscb, f16, group, s, lds
+        sdpa_dtype dt, const char *sc, int64_t ldscb, int f16, int group, float *s, int lds, \
+        int npf
+#define QKR_CALL n, dk, scale, q, ldq, k, ldkb, dt, sc, ldscb, f16, group, s, lds, npf
 
 /* The qk_rows register tiles, one function per row count: qkr_Rrows holds 2 R
  * accumulators (R rows x the 2 keys that share each Q slice) + 2 K slices + 1 Q slice,
@@ -447,14 +450,14 @@ ALWAYS_INLINE void qkr_rows_dt(const int R, sdpa_dtype dt, int n, int dk, float 
  * Each row count is its own function rather than an arm of one switch function: in
  * decode, where each pass over a block is short and K streams from DRAM, the switch
  * form measured slower (docs/PERFORMANCE.md, "Kernel measurements"). */
-TILE void qkr_1row(QKR_ARGS) { qkr_rows_dt(1, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds); }
-TILE void qkr_2rows(QKR_ARGS) { qkr_rows_dt(2, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds); }
-TILE void qkr_3rows(QKR_ARGS) { qkr_rows_dt(3, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds); }
-TILE void qkr_4rows(QKR_ARGS) { qkr_rows_dt(4, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds); }
-TILE void qkr_5rows(QKR_ARGS) { qkr_rows_dt(5, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds); }
-TILE void qkr_6rows(QKR_ARGS) { qkr_rows_dt(6, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds); }
-TILE void qkr_7rows(QKR_ARGS) { qkr_rows_dt(7, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds); }
-TILE void qkr_8rows(QKR_ARGS) { qkr_rows_dt(8, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds); }
+TILE void qkr_1row(QKR_ARGS) { qkr_rows_dt(1, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf); }
+TILE void qkr_2rows(QKR_ARGS) { qkr_rows_dt(2, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf); }
+TILE void qkr_3rows(QKR_ARGS) { qkr_rows_dt(3, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf); }
+TILE void qkr_4rows(QKR_ARGS) { qkr_rows_dt(4, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf); }
+TILE void qkr_5rows(QKR_ARGS) { qkr_rows_dt(5, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf); }
+TILE void qkr_6rows(QKR_ARGS) { qkr_rows_dt(6, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf); }
+TILE void qkr_7rows(QKR_ARGS) { qkr_rows_dt(7, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf); }
+TILE void qkr_8rows(QKR_ARGS) { qkr_rows_dt(8, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf); }
 
 /* The contract's qk_rows_q in passes of QKR_MR rows (the including ISA's), the last
  * pass with the rest; each pass reads K once. The rows of a pass, min(QKR_MR, rows
@@ -462,7 +465,7 @@ TILE void qkr_8rows(QKR_ARGS) { qkr_rows_dt(8, dt, n, dk, scale, q, ldq, k, ldkb
  * reached. */
 static void x86_qk_rows_q(int m, int n, int dk, float scale, const float *q0, int ldq,
                           const void *k, int64_t ldkb_, sdpa_dtype dt, const sdpa_qscales *qs,
-                          float *s0, int lds) {
+                          float *s0, int lds, int npf) {
     const size_t ldkb = (size_t)ldkb_;
     const int f16 = qs && qs->dt == SDPA_F16, group = qs ? qs->group : dk;
     const char *sc = qs ? (const char *)qs->p : NULL;
@@ -486,8 +489,9 @@ static void x86_qk_rows_q(int m, int n, int dk, float scale, const float *q0, in
 
 /* The contract's qk_rows: the same tiles on rows stored as f32/f16/bf16 (no scales). */
 static void x86_qk_rows(int m, int n, int dk, float scale, const float *q, int ldq,
-                        const void *k, int64_t ldk, sdpa_dtype dt, float *s, int lds) {
-    x86_qk_rows_q(m, n, dk, scale, q, ldq, k, ldk * (int64_t)elem_bytes(dt), dt, NULL, s, lds);
+                        const void *k, int64_t ldk, sdpa_dtype dt, float *s, int lds, int npf) {
+    x86_qk_rows_q(m, n, dk, scale, q, ldq, k, ldk * (int64_t)elem_bytes(dt), dt, NULL, s, lds,
+                  npf);
 }
 
 /* ---- softmax -------------------------------------------------------------------- */
@@ -571,7 +575,9 @@ typedef struct {
     int ldo;
     sdpa_dtype dt;       /* V's storage type */
     int lastw;           /* columns in the chunk's last vector, 1..VL */
-    int pf;              /* prefetch the V rows this many keys ahead (0: none) ... */
+    int pf;              /* prefetch the V rows this many keys ahead (0: none), below row
+                          * pfend, ... */
+    int pfend;
     size_t pfb;          /* ... this many bytes of each, where PV_PF_WHOLE_ROWS */
     const char *sc;      /* a quantized V (pv_q): key j's scales at sc + j ldscb bytes, */
     int64_t ldscb;
@@ -591,7 +597,8 @@ static void pvq_chunk(int nv, const pv_chunk_args *a);
  * loaded. The O tile stays in registers for the whole key loop: per key, NV V loads
  * (masked at the Dv tail: caller memory; 16-bit V: NV conversions besides) and MR P
  * broadcasts feed MR NV FMAs. With pf > 0 (decode: V streams from DRAM) pfb bytes of
- * the row pf keys ahead, within the call, are prefetched, as qk_rows does for K. A
+ * the row pf keys ahead, below a->pfend (n and the npf rows past it), are prefetched,
+ * as qk_rows does for K. A
  * quantized V (pv_q) is decoded and scaled vector by vector as it is loaded (load_kv),
  * one scale per vector (a vector never straddles two groups: SDPA_QGROUP_VEC). */
 ALWAYS_INLINE void pv_tile(const int MRMAX, const int MR, const int NV, const int FULL,
@@ -618,7 +625,7 @@ ALWAYS_INLINE void pv_tile(const int MRMAX, const int MR, const int NV, const in
     }
     for (int j = 0; j < n; j++) {
         const char *vj = v + (size_t)j * ldvb;
-        if (pf > 0 && j + pf < n)
+        if (pf > 0 && j + pf < a->pfend)
             prefetch_row(vj + (size_t)pf * ldvb, pfb);
         const char *sj = dt_quant(dt) ? a->sc + (int64_t)j * a->ldscb : NULL;
         UNROLL_FULL
@@ -754,7 +761,8 @@ TILE void pvq_6x1v(const pv_chunk_args *a) { pv_row_tiles(6, 1, 1, a); }
 TILE void pvq_6x2v(const pv_chunk_args *a) { pv_row_tiles(6, 2, 1, a); }
 
 /* Rows up to which pv works like decode (a GQA group of 8 heads): it prefetches V rows
- * ahead, and cuts Dv into chunks of up to PV_WIDE_CMAX vectors instead of PV_CMAX. */
+ * ahead (as does any call told its rows go on, npf > 0), and cuts Dv into chunks of up
+ * to PV_WIDE_CMAX vectors instead of PV_CMAX. */
 #define PV_WIDE_M 8
 
 /* Dv is cut into chunks of at most cmax vectors, as even as possible (5 -> 3 + 2,
@@ -768,14 +776,15 @@ _Static_assert(PVQ_CMAX <= PV_WIDE_CMAX && PVQ_CMAX_FEW <= PV_WIDE_CMAX,
                "pv_chunk_args.goff holds a chunk's scale offsets");
 ALWAYS_INLINE void pv_chunks(const int QUANT, int m, int n, int dv, const float *p, int ldp,
                              const void *v, size_t ldvb, sdpa_dtype dt, const sdpa_qscales *qs,
-                             const float *alpha, float *o, int ldo) {
+                             const float *alpha, float *o, int ldo, int npf) {
     const int group = qs ? qs->group : dv, f16 = qs && qs->dt == SDPA_F16;
     const size_t rowb = dt_bytes(dt, (size_t)dv);
     const int nvec = (dv + VL - 1) / VL;
     const int wide = QUANT || m <= PV_WIDE_M;
     const int cmax = QUANT ? (m <= PVQ_FEW_M ? PVQ_CMAX_FEW : PVQ_CMAX)
                      : wide ? PV_WIDE_CMAX : PV_CMAX;
-    const int pf = wide ? (int)(SDPA_PREFETCH_AHEAD / rowb) + 1 : 0;
+    const int ahead = (int)(SDPA_PREFETCH_AHEAD / rowb) + 1;
+    const int pf = wide || npf > 0 ? ahead : 0;
     const int nchunk = (nvec + cmax - 1) / cmax;
     int c0 = 0;
     for (int ch = 0; ch < nchunk; ch++) {
@@ -784,7 +793,8 @@ ALWAYS_INLINE void pv_chunks(const int QUANT, int m, int n, int dv, const float 
             .m = m, .n = n, .p = p, .ldp = ldp, .v = (const char *)v + dt_bytes(dt, (size_t)(VL * c0)),
             .ldvb = ldvb, .alpha = alpha, .o = o + VL * c0, .ldo = ldo, .dt = dt,
             .lastw = min_int(VL * nv, dv - VL * c0) - VL * (nv - 1),
-            .pf = ch == 0 || !PV_PF_WHOLE_ROWS ? pf : 0, .pfb = rowb,
+            .pf = ch == 0 || !PV_PF_WHOLE_ROWS ? pf : 0, .pfend = n + min_int(npf, ahead),
+            .pfb = rowb,
             .sc = qs ? (const char *)qs->p : NULL, .ldscb = qs ? qs->ld * (f16 ? 2 : 4) : 0,
             .f16 = f16};
         if (QUANT) {
@@ -799,12 +809,13 @@ ALWAYS_INLINE void pv_chunks(const int QUANT, int m, int n, int dv, const float 
 }
 
 static void x86_pv(int m, int n, int dv, const float *p, int ldp, const void *v, int64_t ldv,
-                   sdpa_dtype dt, const float *alpha, float *o, int ldo) {
-    pv_chunks(0, m, n, dv, p, ldp, v, (size_t)ldv * elem_bytes(dt), dt, NULL, alpha, o, ldo);
+                   sdpa_dtype dt, const float *alpha, float *o, int ldo, int npf) {
+    pv_chunks(0, m, n, dv, p, ldp, v, (size_t)ldv * elem_bytes(dt), dt, NULL, alpha, o, ldo,
+              npf);
 }
 
 static void x86_pv_q(int m, int n, int dv, const float *p, int ldp, const void *v, int64_t ldvb,
                      sdpa_dtype dt, const sdpa_qscales *qs, const float *alpha, float *o,
-                     int ldo) {
-    pv_chunks(1, m, n, dv, p, ldp, v, (size_t)ldvb, dt, qs, alpha, o, ldo);
+                     int ldo, int npf) {
+    pv_chunks(1, m, n, dv, p, ldp, v, (size_t)ldvb, dt, qs, alpha, o, ldo, npf);
 }
