@@ -64,7 +64,7 @@
  * block being read; into L2, which holds both many times over, two: measured
  * (docs/PERFORMANCE.md, "Kernel measurements", "Decode prefetching"), 4 KiB into L1
  * best on AMD Zen 5 (48 KiB L1D; 2 and 8 KiB slower), 8 KiB into L2 on AMD Zen 4 (32 KiB
- * L1D; 4 and 16 KiB slower). */
+ * L1D; 4 KiB slower, 16 KiB no faster). */
 extern int sdpa_prefetch_l1;
 #define SDPA_PREFETCH_AHEAD (sdpa_prefetch_l1 ? 4096 : 8192)
 
