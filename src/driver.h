@@ -197,6 +197,11 @@ qrows kv_run_qrows(const plan *pl, const rows *it, int which, int64_t j, int64_t
                    const char *row);
 /* Prefetch the rows of the run from j (< end). */
 void kv_prefetch_run(const plan *pl, const rows *it, int which, int64_t j, int64_t end);
+/* Paged decode's stream of page runs while it reads the page of key j (keys up to end
+ * are the unit's): the page as many pages ahead as the kernels' prefetch distance
+ * (SDPA_PREFETCH_AHEAD) spans, or, cold (nothing prefetched yet), every page up to it. */
+void kv_prefetch_pages(const plan *pl, const rows *it, int which, int64_t j, int64_t end,
+                       int cold);
 vrows kv_block(const plan *pl, const rows *it, const scratch *w, int which, int64_t j0, int n);
 
 /* ---- finalize.c ---- */

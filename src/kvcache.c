@@ -134,6 +134,11 @@ vrows kv_run_rows(const plan *pl, const rows *it, const scratch *w, int which, i
 }
 
 void kv_prefetch_run(const plan *pl, const rows *it, int which, int64_t j, int64_t end) {
+    /* a side effect the compiler keeps: gcc 12 counts __builtin_prefetch as none, so it
+     * judged a function made only of prefetches pure and deleted its calls in the same
+     * file (kv_prefetch_pages', tile.c's prefetch_head: no call of the latter was left in
+     * run_keys); clang keeps them either way */
+    __asm__ volatile("");
     const sdpa_problem *p = &pl->p;
     const char *row;
     const int64_t n = kv_run(pl, it, which, j, end, &row);
@@ -156,6 +161,22 @@ void kv_prefetch_run(const plan *pl, const rows *it, int which, int64_t j, int64
             else
                 __builtin_prefetch(row + r * step + off, 0, 2);
         }
+}
+
+void kv_prefetch_pages(const plan *pl, const rows *it, int which, int64_t j, int64_t end,
+                       int cold) {
+    const sdpa_problem *p = &pl->p;
+    const int64_t ps = p->pages.page_size;
+    const int64_t rowb = (which ? p->Dv : p->Dk) * sdpa_kv_bits(which ? p->vt : p->kt) / 8;
+    /* pages ahead: the kernels' prefetch distance in whole pages, at least one, at most
+     * 8 (a page of int4 rows at Dk = 128 is 1 KiB) */
+    const int64_t dist = max64(1, min64(8, (int64_t)SDPA_PREFETCH_AHEAD / (ps * rowb)));
+    for (int64_t k = cold ? 1 : dist; k <= dist; k++) {
+        const int64_t t = (j / ps + k) * ps;
+        if (t >= end)
+            break;
+        kv_prefetch_run(pl, it, which, t, end);
+    }
 }
 
 int kv_in_place(const plan *pl, int which) {

@@ -116,6 +116,7 @@ static void round_rows_bf16(int n, int64_t dim, const char *src, int64_t ld, sdp
  * (docs/PERFORMANCE.md, "Decode prefetching"). __builtin_prefetch (gcc, clang) needs no
  * ISA flag. */
 static void prefetch_head(const char *base, int64_t ld, int n, size_t bytes) {
+    __asm__ volatile(""); /* keeps the calls: see kvcache.c, kv_prefetch_run */
     const int nr = (int)min64(n, (int64_t)(SDPA_PREFETCH_AHEAD / bytes) + 1);
     for (int j = 0; j < nr; j++)
         for (size_t off = 0; off < bytes; off += 64) { /* 64-byte lines: x86-64, arm64 */
@@ -136,7 +137,7 @@ static void prefetch_head(const char *base, int64_t ld, int n, size_t bytes) {
  * read the block's last rows in place, told that the stream goes on (so it may have
  * prefetched the next block's first rows), else 0. */
 static int block_scores(const plan *pl, const rows *it, const scratch *w, const vrows *kv,
-                        int64_t j0, int n, int ra, int rb, int npf) {
+                        int64_t j0, int n, int ra, int rb, int npf, int warm) {
     const sdpa_problem *p = &pl->p;
     const sdpa_kernels *kt = pl->kt;
     float *s = w->s + (size_t)ra * (size_t)pl->lds;
@@ -146,11 +147,15 @@ static int block_scores(const plan *pl, const rows *it, const scratch *w, const 
         for (int64_t j = j0; j < j0 + n;) {
             const char *row;
             const int64_t len = kv_run(pl, it, 0, j, j0 + n, &row);
-            if (j + len < j0 + n) /* the next page: no hardware prefetcher finds it */
+            if (p->pages.block_table && npf > 0) { /* the page stream, into the next block */
+                kv_prefetch_pages(pl, it, 0, j, j0 + n + npf, j == j0 && !warm);
+                streamed = 1;
+            } else if (j + len < j0 + n) { /* the next page: no hardware prefetcher finds it */
                 kv_prefetch_run(pl, it, 0, j + len, j0 + n);
+            }
             if (pl->kq_fused) {
                 /* codes in place: the next block's rows follow this run's unless paged */
-                streamed = j + len == j0 + n && !p->pages.block_table && npf > 0;
+                streamed |= j + len == j0 + n && !p->pages.block_table && npf > 0;
                 const qrows k = kv_run_qrows(pl, it, 0, j, len, row);
                 kt->qk_rows_q(rb - ra, (int)len, (int)p->Dk, p->scale, q, pl->ldq, k.v, k.ldb,
                               p->kt, &k.sc, s + (j - j0), pl->lds, streamed ? npf : 0);
@@ -200,7 +205,7 @@ static int block_scores(const plan *pl, const rows *it, const scratch *w, const 
  * npf and the result as block_scores' for V: 1 if the last pv call was told the stream
  * goes on past the block. */
 static int block_pv(const plan *pl, const rows *it, const scratch *w, int ra, int rb,
-                    int64_t j0, int n, const vrows *v, int masked, int npf) {
+                    int64_t j0, int n, const vrows *v, int masked, int npf, int warm) {
     const sdpa_problem *p = &pl->p;
     const int Dv = (int)p->Dv;
     float *s = w->s + (size_t)ra * (size_t)pl->lds;
@@ -209,12 +214,16 @@ static int block_pv(const plan *pl, const rows *it, const scratch *w, int ra, in
         for (int64_t j = j0; j < j0 + n;) {
             const char *row;
             const int64_t len = kv_run(pl, it, 1, j, j0 + n, &row);
-            if (j + len < j0 + n)
+            if (p->pages.block_table && npf > 0) { /* as K's */
+                kv_prefetch_pages(pl, it, 1, j, j0 + n + npf, j == j0 && !warm);
+                streamed = 1;
+            } else if (j + len < j0 + n) {
                 kv_prefetch_run(pl, it, 1, j + len, j0 + n);
+            }
             const float *alpha = j == j0 ? w->alpha + ra : NULL;
             float *o = w->o + (size_t)ra * (size_t)pl->ldo;
             if (pl->vq_fused) {
-                streamed = j + len == j0 + n && !p->pages.block_table && npf > 0; /* as K's */
+                streamed |= j + len == j0 + n && !p->pages.block_table && npf > 0; /* as K's */
                 const qrows vq = kv_run_qrows(pl, it, 1, j, len, row);
                 pl->kt->pv_q(rb - ra, (int)len, Dv, s + (j - j0), pl->lds, vq.v, vq.ldb, p->vt,
                              &vq.sc, alpha, o, pl->ldo, streamed ? npf : 0);
@@ -356,7 +365,7 @@ void run_keys(const plan *pl, const rows *it, const scratch *w, int64_t ja, int6
         const vrows k = kin    ? (vrows){kbase + (size_t)(j0 * p->ks[2]) * kes, p->ks[2], p->kt}
                         : kseg ? (vrows){NULL, 0, SDPA_F32}
                                : kv_block(pl, it, w, 0, j0, n);
-        kahead = block_scores(pl, it, w, kseg ? NULL : &k, j0, n, ra, rb, npf);
+        kahead = block_scores(pl, it, w, kseg ? NULL : &k, j0, n, ra, rb, npf, kahead);
         const int masked = plain ? 0 : prepare_block(pl, it, w, ra, rb, j0, n);
         c->masked += masked != 0;
         if (!forward) {
@@ -377,7 +386,7 @@ void run_keys(const plan *pl, const rows *it, const scratch *w, int64_t ja, int6
         const int vpages = vseg && !masked;
         if (!vin && !vpages)
             v = kv_block(pl, it, w, 1, j0, n);
-        vahead = block_pv(pl, it, w, ra, rb, j0, n, vpages ? NULL : &v, masked, npf);
+        vahead = block_pv(pl, it, w, ra, rb, j0, n, vpages ? NULL : &v, masked, npf, vahead);
         j0 = j1;
     }
 }
