@@ -171,6 +171,11 @@ typedef struct sdpa_kernels {
      * and the sums accumulate in fp32, in an order each table chooses. bf16 buffers (Qb,
      * Kpb, Vpb) are driver scratch, 64-byte aligned. */
 
+    /* Qb's row <- the dk elements of one row of Q (stored as dt) rounded to bf16 as this
+     * table's pack_k_bf16 rounds K, then zero up to round_up(dk, 32): a row as qk_bf16
+     * reads it. Nothing past q's element dk - 1 is read; qb is 64-byte aligned. */
+    void (*pack_q_bf16)(int dk, const void *q, sdpa_dtype dt, uint16_t *qb);
+
     /* Kpb <- the n x dk block of K (rows ldk elements apart, stored as dt) rounded to
      * bf16, in this table's own layout: round_up(n, kpb_align) * round_up(dk, 32)
      * elements, padding (keys past n, dims past dk) zero. */
@@ -185,9 +190,12 @@ typedef struct sdpa_kernels {
 
     /* Vpb <- the n x dv block of V (rows ldv elements apart, stored as dt) rounded to
      * bf16, in this table's own layout: round_up(n, vpb_align) * round_up(dv, 32)
-     * elements, padding zero. */
-    void (*pack_v_bf16)(int n, int dv, const void *v, int64_t ldv, sdpa_dtype dt,
-                        uint16_t *vp);
+     * elements, padding zero. Returns 1 if every rounded element is finite, else 0 (an
+     * inf or NaN, stored or from rounding a finite value past bf16's largest): the
+     * driver then knows whether a masked key's P = 0 times its V row is 0 in pv_bf16,
+     * without a second pass over the block. */
+    int (*pack_v_bf16)(int n, int dv, const void *v, int64_t ldv, sdpa_dtype dt,
+                       uint16_t *vp);
 
     /* O[r][:dv] = alpha[r] * O[r][:dv] + sum_{j<n} bf16(P[r][j]) * Vb[j][:dv] for r < m,
      * P (fp32, rows ldp apart) rounded to bf16 (nearest even) here, fp32 accumulation;
@@ -198,7 +206,7 @@ typedef struct sdpa_kernels {
 
 /* Number of function pointers in a table; the registry (src/dispatch.c) checks that each
  * composed table sets every one its modes need. */
-#define SDPA_KERNELS_NFUNCS 13
+#define SDPA_KERNELS_NFUNCS 14
 _Static_assert(sizeof(sdpa_kernels) ==
                    offsetof(sdpa_kernels, pack_k) + SDPA_KERNELS_NFUNCS * sizeof(void (*)(void)),
                "SDPA_KERNELS_NFUNCS must count the function pointers of sdpa_kernels");

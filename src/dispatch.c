@@ -328,6 +328,7 @@ static void overlay(sdpa_kernels *dst, const sdpa_kernels *src) {
     TAKE(dequant)
     TAKE(qk_rows_q)
     TAKE(pv_q)
+    TAKE(pack_q_bf16)
     TAKE(pack_k_bf16)
     TAKE(qk_bf16)
     TAKE(pack_v_bf16)
@@ -344,16 +345,18 @@ static void overlay(sdpa_kernels *dst, const sdpa_kernels *src) {
  * packs), and so do qk_rows_q and qk_rows, pv_q and pv (the fused kernels promise the
  * bits of their row's unfused pair). */
 static int complete(const sdpa_kernels *k, const sdpa_kernels *own) {
-    _Static_assert(SDPA_KERNELS_NFUNCS == 13, "complete() must check every entry");
+    _Static_assert(SDPA_KERNELS_NFUNCS == 14, "complete() must check every entry");
     const int pairs = own == NULL || ((own->pack_k == NULL) == (own->qk == NULL) &&
+                                      (own->pack_q_bf16 == NULL) == (own->qk_bf16 == NULL) &&
                                       (own->pack_k_bf16 == NULL) == (own->qk_bf16 == NULL) &&
                                       (own->pack_v_bf16 == NULL) == (own->pv_bf16 == NULL) &&
                                       (own->qk_rows_q == NULL || own->qk_rows != NULL) &&
                                       (own->pv_q == NULL || own->pv != NULL));
     const int f32 = k->br > 0 && k->bc > 0 && k->kp_align > 0 && k->pack_k && k->qk &&
                     k->qk_rows && k->softmax && k->pv && k->vexp && k->dequant;
-    const int nb = !!k->pack_k_bf16 + !!k->qk_bf16 + !!k->pack_v_bf16 + !!k->pv_bf16;
-    const int bf16 = nb == 0 || (nb == 4 && k->kpb_align > 0 && k->vpb_align > 0);
+    const int nb = !!k->pack_q_bf16 + !!k->pack_k_bf16 + !!k->qk_bf16 + !!k->pack_v_bf16 +
+                   !!k->pv_bf16;
+    const int bf16 = nb == 0 || (nb == 5 && k->kpb_align > 0 && k->vpb_align > 0);
     return f32 && bf16 && pairs;
 }
 
@@ -364,7 +367,7 @@ static unsigned own_modes(const sdpa_kernels *t) {
     if (t->pack_k || t->qk || t->qk_rows || t->softmax || t->pv || t->vexp || t->dequant ||
         t->qk_rows_q || t->pv_q)
         m |= F32;
-    if (t->pack_k_bf16 || t->qk_bf16 || t->pack_v_bf16 || t->pv_bf16)
+    if (t->pack_q_bf16 || t->pack_k_bf16 || t->qk_bf16 || t->pack_v_bf16 || t->pv_bf16)
         m |= BF16;
     return m;
 }
@@ -388,6 +391,7 @@ static void build_registry(void) {
              * it (or a SIMD base) provides them, else the driver computes the mode with
              * its fp32 tiles on rounded operands */
             k.kpb_align = k.vpb_align = 0;
+            k.pack_q_bf16 = NULL;
             k.pack_k_bf16 = NULL;
             k.qk_bf16 = NULL;
             k.pack_v_bf16 = NULL;

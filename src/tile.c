@@ -69,15 +69,7 @@ void gather_q(const plan *pl, const rows *it, const scratch *w) {
                           (size_t)(it->b * p->qs[0] + w->h[r] * p->qs[1] +
                                    (it->seq.q0 + w->i[r]) * p->qs[2]) * es;
         if (pl->bf16_tiles) { /* only Qb is read: bf16, zero beyond Dk as qk_bf16 wants */
-            uint16_t *qb = w->qb + (size_t)r * (size_t)pl->ldqb;
-            if (p->qt == SDPA_F32)
-                round_f32_bf16((const float *)(const void *)src, p->Dk, qb);
-            else if (p->qt == SDPA_BF16)
-                memcpy(qb, src, (size_t)p->Dk * sizeof(uint16_t));
-            else
-                for (int64_t d = 0; d < p->Dk; d++)
-                    qb[d] = sdpa_f32_to_bf16(sdpa_load_as_f32(src, d, p->qt));
-            memset(qb + p->Dk, 0, (size_t)(pl->ldqb - p->Dk) * sizeof(uint16_t));
+            pl->kt->pack_q_bf16((int)p->Dk, src, p->qt, w->qb + (size_t)r * (size_t)pl->ldqb);
             continue;
         }
         float *dst = w->q + (size_t)r * (size_t)pl->ldq;
@@ -198,8 +190,9 @@ static int block_scores(const plan *pl, const rows *it, const scratch *w, const 
 
 /* P V for rows [ra, rb) of one block of n keys at v (caller memory), after the softmax
  * (and dropout) left P in S. fp32: pv_block, exact for the masking `masked` reports.
- * bf16: with the bf16 tiles when nothing is masked or V is finite (a hidden key's P is
- * exactly 0 and rounds to 0, so 0 x V adds nothing); else P rounded to bf16 in place, V
+ * bf16: with the bf16 tiles when nothing is masked or every element of V is finite once
+ * rounded (pack_v_bf16 says so as it packs; a hidden key's P is exactly 0 and rounds to
+ * 0, so 0 x V adds nothing); else P rounded to bf16 in place, V
  * rounded into scratch unless stored as bf16, and pv_block's exact paths on the fp32
  * tiles, which then multiply exactly the mode's operands.
  * npf and the result as block_scores' for V: 1 if the last pv call was told the stream
@@ -236,8 +229,10 @@ static int block_pv(const plan *pl, const rows *it, const scratch *w, int ra, in
         }
         return streamed;
     }
-    if (pl->bf16_tiles && (!masked || v_block_finite(v->v, v->ld, v->dt, n, Dv))) {
-        pl->kt->pack_v_bf16(n, Dv, v->v, v->ld, v->dt, w->vpb);
+    /* a hidden key's P is exactly 0 and 0 x V adds nothing unless a rounded element of V
+     * is inf or NaN (which pack_v_bf16 reports; a finite fp32 value past bf16's largest
+     * rounds to inf) */
+    if (pl->bf16_tiles && (pl->kt->pack_v_bf16(n, Dv, v->v, v->ld, v->dt, w->vpb) || !masked)) {
         pl->kt->pv_bf16(rb - ra, n, Dv, s, pl->lds, w->vpb, w->alpha + ra,
                         w->o + (size_t)ra * (size_t)pl->ldo, pl->ldo);
         return 0;

@@ -522,7 +522,7 @@ static void test_pv(void) {
     }
 }
 
-/* ---- bf16 compute: pack_k_bf16 + qk_bf16, pack_v_bf16 + pv_bf16 ------------------- */
+/* ---- bf16 compute: pack_k_bf16 + qk_bf16, pack_v_bf16 + pv_bf16, pack_q_bf16 ------ */
 
 /* The tables' bf16 tiles (kernels/ukernel.h, "bf16 compute") against double sums of the
  * mode's operands: Q, K, V and P rounded to bf16 (nearest even, here as in the
@@ -714,7 +714,9 @@ static void check_pv_bf16(int m, int n, int dv, int64_t ldv, sdpa_dtype dt, int 
     const float *al = rescale ? alpha : NULL;
     const float *p0 = p + off;
 
-    kt->pack_v_bf16(n, dv, v, ldv, dt, vp);
+    const int finite = kt->pack_v_bf16(n, dv, v, ldv, dt, vp);
+    CHECK(finite == 1, "%s pack_v_bf16 n=%d dv=%d %s: finite V reported as not finite",
+          kt->name, n, dv, dtype_name(dt));
     kt->pv_bf16(m, n, dv, p0, ldp, vp, al, o, ldo);
     if (m > 1)
         kt->pv_bf16(m - 1, n, dv, p0 + ldp, ldp, vp, al ? al + 1 : NULL, o2 + ldo, ldo);
@@ -807,6 +809,114 @@ static void test_pv_bf16(void) {
         }
 }
 
+/* pack_q_bf16 on one row of every storage type at every bf16 head dim, the row holding
+ * normal values, zeros, fp32 subnormals, values that round past bf16's largest, inf and
+ * NaN: each element is sdpa_f32_to_bf16 of its fp32 value (nearest even), except that
+ * an fp32 subnormal may become a zero of its sign (x86's conversion flushes them:
+ * kernels/x86/bf16.h) and a NaN need only stay a NaN of its sign (a bf16-stored NaN may
+ * come back quiet); zero from dk to round_up(dk, 32); nothing written past that. */
+static void test_pack_q_bf16(void) {
+    static const sdpa_dtype dts[] = {SDPA_F32, SDPA_F16, SDPA_BF16};
+    static const float odd[] = {0.0f, -0.0f, 0x1p-140f, -0x1.8p-130f, FLT_MAX, -INFINITY,
+                                NAN, 0x1.00018p0f, 0x1.00008p0f};
+    for (int t = 0; t < N(dts); t++)
+        for (int a = 0; a < N(bf16_dims); a++) {
+            const int dk = bf16_dims[a], dkp = (int)rup((size_t)dk, 32);
+            float *qx = malloc((size_t)dk * sizeof(float));
+            char *q = caller_rows(1, dk, dk, dts[t], qx); /* guarded right after element dk - 1 */
+            const size_t es = dtype_bytes(dts[t]);
+            for (int d = 0; d < dk; d += 3) { /* every third element an odd one */
+                const float x = odd[(d / 3) % N(odd)];
+                if (dts[t] == SDPA_F32) {
+                    memcpy(q + (size_t)d * es, &x, 4);
+                } else {
+                    const uint16_t h = dts[t] == SDPA_F16 ? sdpa_f32_to_f16(x) : sdpa_f32_to_bf16(x);
+                    memcpy(q + (size_t)d * es, &h, 2);
+                }
+                qx[d] = sdpa_load_as_f32(q, d, dts[t]);
+            }
+            uint16_t *qb = scratch_u16((size_t)dkp);
+            kt->pack_q_bf16(dk, q, dts[t], qb);
+            int bad = -1;
+            for (int d = 0; d < dkp && bad < 0; d++) {
+                const uint16_t got = qb[d];
+                if (d >= dk) {
+                    bad = got != 0 ? d : -1;
+                    continue;
+                }
+                const uint16_t want = sdpa_f32_to_bf16(qx[d]);
+                const uint16_t sign = (uint16_t)(want & 0x8000u);
+                const int nan = (want & 0x7f80u) == 0x7f80u && (want & 0x7fu);
+                const int sub = qx[d] != 0 && fabsf(qx[d]) < FLT_MIN;
+                const int ok = got == want || (sub && got == sign) ||
+                               (nan && (got & 0xff80u) == (sign | 0x7f80u) && (got & 0x7fu));
+                bad = ok ? -1 : d;
+            }
+            CHECK(bad < 0, "%s pack_q_bf16 dk=%d %s: element %d is 0x%04x (from %a)", kt->name,
+                  dk, dtype_name(dts[t]), bad, bad >= 0 ? qb[bad] : 0,
+                  bad >= 0 && bad < dk ? (double)qx[bad] : 0.0);
+            CHECK(guards_intact_u16(qb, (size_t)dkp), "%s pack_q_bf16 dk=%d: wrote past the row",
+                  kt->name, dk);
+            scratch_free_u16(qb);
+            sc_free(q);
+            free(qx);
+        }
+}
+
+/* pack_v_bf16's result: 0 exactly when an element of the n x dv block is inf or NaN once
+ * rounded to bf16 (stored as inf or NaN, or fp32 FLT_MAX, which rounds to inf), at the
+ * block's first, last or a middle element; a non-finite value in the gap between rows
+ * (ldv > dv) or past the block is not V's and must not count. */
+static void test_pack_v_finite(void) {
+    static const sdpa_dtype dts[] = {SDPA_F32, SDPA_F16, SDPA_BF16};
+    static const int sizes[][2] = {{1, 1}, {2, 17}, {33, 64}, {64, 128}, {7, 576}};
+    static const float specials[] = {INFINITY, -INFINITY, NAN, FLT_MAX};
+    for (int t = 0; t < N(dts); t++)
+        for (int z = 0; z < N(sizes); z++) {
+            const int n = sizes[z][0], dv = sizes[z][1];
+            const int64_t ldv = dv + 3;
+            const size_t vpn = rup((size_t)n, (size_t)kt->vpb_align) * rup((size_t)dv, 32);
+            const size_t es = dtype_bytes(dts[t]);
+            float *vx = malloc((size_t)n * (size_t)dv * sizeof(float));
+            char *v = caller_rows(n, dv, ldv, dts[t], vx);
+            uint16_t *vp = scratch_u16(vpn);
+            for (int sp = 0; sp < N(specials); sp++)
+                for (int at = 0; at < 4; at++) {
+                    /* where: first element, last, middle, the gap after row 0 */
+                    const int64_t e = at == 0   ? 0
+                                      : at == 1 ? (int64_t)(n - 1) * ldv + dv - 1
+                                      : at == 2 ? (int64_t)(n / 2) * ldv + dv / 2
+                                                : dv;
+                    if (at == 3 && n == 1)
+                        continue; /* no gap inside a single row's block */
+                    char *el = v + (size_t)e * es;
+                    uint32_t saved = 0;
+                    memcpy(&saved, el, es);
+                    const float x = specials[sp];
+                    if (dts[t] == SDPA_F32) {
+                        memcpy(el, &x, 4);
+                    } else {
+                        const uint16_t h = dts[t] == SDPA_F16 ? sdpa_f32_to_f16(x)
+                                                               : sdpa_f32_to_bf16(x);
+                        memcpy(el, &h, 2);
+                    }
+                    /* FLT_MAX stored as f16 is inf already; as bf16, inf (rounded) */
+                    const int want = at == 3;
+                    const int got = kt->pack_v_bf16(n, dv, v, ldv, dts[t], vp);
+                    CHECK(got == want,
+                          "%s pack_v_bf16 n=%d dv=%d %s: %g at element %lld gives %d, not %d",
+                          kt->name, n, dv, dtype_name(dts[t]), (double)x, (long long)e, got,
+                          want);
+                    memcpy(el, &saved, es);
+                }
+            CHECK(guards_intact_u16(vp, vpn), "%s pack_v_bf16 n=%d dv=%d: wrote past Vpb",
+                  kt->name, n, dv);
+            scratch_free_u16(vp);
+            sc_free(v);
+            free(vx);
+        }
+}
+
 /* ---- vexp ----------------------------------------------------------------------- */
 
 /* Max relative error of vexp over [-104, 89] (normal results), plus its edge cases:
@@ -885,5 +995,7 @@ void suite_ukernel(void) {
               kt->name, kt->kpb_align, kt->vpb_align);
         test_qk_bf16();
         test_pv_bf16();
+        test_pack_v_finite();
+        test_pack_q_bf16();
     }
 }

@@ -1,11 +1,11 @@
 /*
  * amx.c - the AMX kernel table: the bf16 compute mode's QK^T and P V (SDPA_COMPUTE_BF16;
- * pack_k_bf16, qk_bf16, pack_v_bf16, pv_bf16 of kernels/ukernel.h) on Intel AMX tiles:
- * TDPBF16PS multiplies a 16 x 32 bf16 tile by a 32 x 16 one in pair layout into a
+ * pack_q_bf16, pack_k_bf16, qk_bf16, pack_v_bf16, pv_bf16 of kernels/ukernel.h) on Intel
+ * AMX tiles: TDPBF16PS multiplies a 16 x 32 bf16 tile by a 32 x 16 one in pair layout into a
  * 16 x 16 fp32 tile (8192 multiply-adds an instruction).
  *
  * It is not a complete table: it sets its ISA, its name, the bf16 alignments and the
- * four bf16 entries; the registry (src/dispatch.c) starts it from the avx512bf16 row's
+ * five bf16 entries; the registry (src/dispatch.c) starts it from the avx512bf16 row's
  * table, so its fp32 tiles, softmax, Br = 96 and Bc = 64 are the avx512 row's. The
  * packing layouts and functions are kernels/x86/bf16.h's, shared with avx512bf16: a
  * 32-dim step of a 16-key strip of Kpb is a B tile (K^T in pair layout), 16 key pairs at
@@ -337,6 +337,6 @@ static void amx_pv_bf16(int m, int n, int dv, const float *p, int ldp, const uin
 const sdpa_kernels sdpa_kernels_amx = {
     .isa = SDPA_ISA_AMX, .name = "amx",
     .kpb_align = KPB_KEYS, .vpb_align = VPB_KEYS,
-    .pack_k_bf16 = x86_pack_k_bf16, .qk_bf16 = amx_qk_bf16,
+    .pack_q_bf16 = x86_pack_q_bf16, .pack_k_bf16 = x86_pack_k_bf16, .qk_bf16 = amx_qk_bf16,
     .pack_v_bf16 = x86_pack_v_bf16, .pv_bf16 = amx_pv_bf16,
 };

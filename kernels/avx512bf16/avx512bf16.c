@@ -1,11 +1,11 @@
 /*
  * avx512bf16.c - the AVX512_BF16 kernel table: the bf16 compute mode's tiles
- * (SDPA_COMPUTE_BF16; pack_k_bf16, qk_bf16, pack_v_bf16, pv_bf16 of kernels/ukernel.h)
- * on vdpbf16ps, which multiplies pairs of bf16 exactly and adds both products to an fp32
+ * (SDPA_COMPUTE_BF16; pack_q_bf16, pack_k_bf16, qk_bf16, pack_v_bf16, pv_bf16 of
+ * kernels/ukernel.h) on vdpbf16ps, which multiplies pairs of bf16 exactly and adds both products to an fp32
  * lane: 32 multiply-adds per 512-bit instruction, twice the fp32 FMA's 16.
  *
  * It is not a complete table and not an fp32 path: it sets only its ISA, its name, the
- * bf16 alignments and the four bf16 entries; the registry (src/dispatch.c) starts it
+ * bf16 alignments and the five bf16 entries; the registry (src/dispatch.c) starts it
  * from the avx512 row's table, whose fp32 tiles, Br = 96 and Bc = 64 it keeps. The packing
  * layouts and functions are kernels/x86/bf16.h's (shared with the AMX table); the
  * register tiles are here.
@@ -279,6 +279,6 @@ static void avx512bf16_pv_bf16(int m, int n, int dv, const float *p, int ldp,
 const sdpa_kernels sdpa_kernels_avx512bf16 = {
     .isa = SDPA_ISA_AVX512BF16, .name = "avx512bf16",
     .kpb_align = KPB_KEYS, .vpb_align = VPB_KEYS,
-    .pack_k_bf16 = x86_pack_k_bf16, .qk_bf16 = qkb_12x2v,
+    .pack_q_bf16 = x86_pack_q_bf16, .pack_k_bf16 = x86_pack_k_bf16, .qk_bf16 = qkb_12x2v,
     .pack_v_bf16 = x86_pack_v_bf16, .pv_bf16 = avx512bf16_pv_bf16,
 };

@@ -1,7 +1,7 @@
 /*
- * neonbf16.c - the AArch64 FEAT_BF16 kernel table: the four bf16-compute entries of
- * kernels/ukernel.h (pack_k_bf16, qk_bf16, pack_v_bf16, pv_bf16) on BFMMLA, for
- * SDPA_COMPUTE_BF16 (include/sdpa.h).
+ * neonbf16.c - the AArch64 FEAT_BF16 kernel table: the five bf16-compute entries of
+ * kernels/ukernel.h (pack_q_bf16, pack_k_bf16, qk_bf16, pack_v_bf16, pv_bf16) on
+ * BFMMLA, for SDPA_COMPUTE_BF16 (include/sdpa.h).
  *
  * What it is: a partial table. It sets only its identity, kpb_align, vpb_align and the
  * bf16 entries; the registry (src/dispatch.c, row "neonbf16", base "neon") composes it
@@ -168,6 +168,21 @@ ALWAYS_INLINE uint16x8_t load8_bf16(const void *row, int d, int w, sdpa_dtype dt
     return round8(lo, hi);
 }
 
+/* Q's row: 8 elements per step, the tail and the zeros up to round_up(dk, 32) from
+ * load8_bf16. */
+ALWAYS_INLINE void pack_q_dt(sdpa_dtype dt, int dk, const void *q, uint16_t *qb) {
+    for (int d = 0; d < pad32(dk); d += 8)
+        vst1q_u16(qb + d, load8_bf16(q, d, dk - d, dt));
+}
+
+static void neonbf16_pack_q_bf16(int dk, const void *q, sdpa_dtype dt, uint16_t *qb) {
+    switch (dt) {
+    case SDPA_F16: pack_q_dt(SDPA_F16, dk, q, qb); break;
+    case SDPA_BF16: pack_q_dt(SDPA_BF16, dk, q, qb); break;
+    default: /* SDPA_F32 */ pack_q_dt(SDPA_F32, dk, q, qb); break;
+    }
+}
+
 /* 8 dims (from d, w of them left in the rows) of one Kpb panel's keys rows[0 .. nk)
  * (the rest zero): ZIP1/ZIP2 .2D put each key pair's 4-dim halves side by side, the Vm
  * of chunks d / 4 and d / 4 + 1. */
@@ -221,10 +236,13 @@ static void neonbf16_pack_k_bf16(int n, int dk, const void *k, int64_t ldk, sdpa
  * keys (0, 1) and (2, 3) per dim, ZIP1/ZIP2 .4S join the pairs into [4 keys of dim 2e,
  * 4 keys of dim 2e + 1], the Vm of dim pairs d / 2 .. d / 2 + 3. */
 ALWAYS_INLINE void pack_v_step(sdpa_dtype dt, int nk, int d, int w, const char *v0,
-                               size_t rowb, uint16_t *group) {
+                               size_t rowb, uint16_t *group, uint16x8_t *inf_nan) {
     uint16x8_t r[VGROUP];
-    _Pragma("GCC unroll 4") for (int i = 0; i < VGROUP; i++)
+    const uint16x8_t ex = vdupq_n_u16(0x7f80); /* bf16's exponent field */
+    _Pragma("GCC unroll 4") for (int i = 0; i < VGROUP; i++) {
         r[i] = i < nk ? load8_bf16(v0 + (size_t)i * rowb, d, w, dt) : vdupq_n_u16(0);
+        *inf_nan = vorrq_u16(*inf_nan, vceqq_u16(vandq_u16(r[i], ex), ex));
+    }
     const uint32x4_t a0 = vreinterpretq_u32_u16(vzip1q_u16(r[0], r[1])); /* dims 0-3 */
     const uint32x4_t b0 = vreinterpretq_u32_u16(vzip1q_u16(r[2], r[3]));
     const uint32x4_t a1 = vreinterpretq_u32_u16(vzip2q_u16(r[0], r[1])); /* dims 4-7 */
@@ -236,35 +254,37 @@ ALWAYS_INLINE void pack_v_step(sdpa_dtype dt, int nk, int d, int w, const char *
     vst1q_u16(out + 24, vreinterpretq_u16_u32(vzip2q_u32(a1, b1)));
 }
 
-/* One group, as pack_k_panel. */
+/* One group, as pack_k_panel; lanes of *inf_nan set where an element is inf or NaN. */
 ALWAYS_INLINE void pack_v_group(sdpa_dtype dt, int nk, int dv, const char *v0, size_t rowb,
-                                uint16_t *group) {
+                                uint16_t *group, uint16x8_t *inf_nan) {
     int d = 0;
     for (; d + 8 <= dv; d += 8)
-        pack_v_step(dt, nk, d, 8, v0, rowb, group);
+        pack_v_step(dt, nk, d, 8, v0, rowb, group, inf_nan);
     for (; d < pad32(dv); d += 8)
-        pack_v_step(dt, nk, d, dv - d, v0, rowb, group);
+        pack_v_step(dt, nk, d, dv - d, v0, rowb, group, inf_nan);
 }
 
-ALWAYS_INLINE void pack_v_dt(sdpa_dtype dt, int n, int dv, const void *v, int64_t ldv,
-                             uint16_t *vp) {
+ALWAYS_INLINE int pack_v_dt(sdpa_dtype dt, int n, int dv, const void *v, int64_t ldv,
+                            uint16_t *vp) {
     const size_t rowb = (size_t)ldv * elem_bytes(dt);
     const size_t gstride = (size_t)VGROUP * (size_t)pad32(dv);
+    uint16x8_t inf_nan = vdupq_n_u16(0);
     int j = 0;
     for (; j + VGROUP <= n; j += VGROUP)
         pack_v_group(dt, VGROUP, dv, (const char *)v + (size_t)j * rowb, rowb,
-                     vp + (size_t)(j / VGROUP) * gstride);
+                     vp + (size_t)(j / VGROUP) * gstride, &inf_nan);
     if (j < n)
         pack_v_group(dt, n - j, dv, (const char *)v + (size_t)j * rowb, rowb,
-                     vp + (size_t)(j / VGROUP) * gstride);
+                     vp + (size_t)(j / VGROUP) * gstride, &inf_nan);
+    return vmaxvq_u16(inf_nan) == 0;
 }
 
-static void neonbf16_pack_v_bf16(int n, int dv, const void *v, int64_t ldv, sdpa_dtype dt,
-                                 uint16_t *vp) {
+static int neonbf16_pack_v_bf16(int n, int dv, const void *v, int64_t ldv, sdpa_dtype dt,
+                                uint16_t *vp) {
     switch (dt) {
-    case SDPA_F16: pack_v_dt(SDPA_F16, n, dv, v, ldv, vp); break;
-    case SDPA_BF16: pack_v_dt(SDPA_BF16, n, dv, v, ldv, vp); break;
-    default: /* SDPA_F32 */ pack_v_dt(SDPA_F32, n, dv, v, ldv, vp); break;
+    case SDPA_F16: return pack_v_dt(SDPA_F16, n, dv, v, ldv, vp);
+    case SDPA_BF16: return pack_v_dt(SDPA_BF16, n, dv, v, ldv, vp);
+    default: /* SDPA_F32 */ return pack_v_dt(SDPA_F32, n, dv, v, ldv, vp);
     }
 }
 
@@ -499,6 +519,7 @@ static void neonbf16_pv_bf16(int m, int n, int dv, const float *p, int ldp, cons
 const sdpa_kernels sdpa_kernels_neonbf16 = {
     .isa = SDPA_ISA_NEONBF16, .name = "neonbf16",
     .kpb_align = KPANEL, .vpb_align = VGROUP,
-    .pack_k_bf16 = neonbf16_pack_k_bf16, .qk_bf16 = neonbf16_qk_bf16,
+    .pack_q_bf16 = neonbf16_pack_q_bf16, .pack_k_bf16 = neonbf16_pack_k_bf16,
+    .qk_bf16 = neonbf16_qk_bf16,
     .pack_v_bf16 = neonbf16_pack_v_bf16, .pv_bf16 = neonbf16_pv_bf16,
 };

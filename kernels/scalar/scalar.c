@@ -141,6 +141,10 @@ static void pack_rows_bf16(int n, int dim, const void *src, int64_t ld, sdpa_dty
     }
 }
 
+static void scalar_pack_q_bf16(int dk, const void *q, sdpa_dtype dt, uint16_t *qb) {
+    pack_rows_bf16(1, dk, q, dk, dt, qb);
+}
+
 static void scalar_pack_k_bf16(int n, int dk, const void *k, int64_t ldk, sdpa_dtype dt,
                                uint16_t *kp) {
     pack_rows_bf16(n, dk, k, ldk, dt, kp);
@@ -159,9 +163,14 @@ static void scalar_qk_bf16(int m, int n, int dk, float scale, const uint16_t *q,
         }
 }
 
-static void scalar_pack_v_bf16(int n, int dv, const void *v, int64_t ldv, sdpa_dtype dt,
-                               uint16_t *vp) {
+static int scalar_pack_v_bf16(int n, int dv, const void *v, int64_t ldv, sdpa_dtype dt,
+                              uint16_t *vp) {
     pack_rows_bf16(n, dv, v, ldv, dt, vp);
+    const int w = pad32(dv);
+    for (size_t e = 0; e < (size_t)n * (size_t)w; e++)
+        if ((vp[e] & 0x7f80u) == 0x7f80u) /* bf16's exponent field all ones: inf or NaN */
+            return 0;
+    return 1;
 }
 
 static void scalar_pv_bf16(int m, int n, int dv, const float *p, int ldp, const uint16_t *vp,
@@ -187,6 +196,7 @@ const sdpa_kernels sdpa_kernels_scalar = {
     .kpb_align = 1, .vpb_align = 1,
     .pack_k = scalar_pack_k, .qk = scalar_qk, .qk_rows = scalar_qk_rows,
     .softmax = scalar_softmax, .pv = scalar_pv, .vexp = scalar_vexp, .dequant = kvq_dequant,
-    .pack_k_bf16 = scalar_pack_k_bf16, .qk_bf16 = scalar_qk_bf16,
+    .pack_q_bf16 = scalar_pack_q_bf16, .pack_k_bf16 = scalar_pack_k_bf16,
+    .qk_bf16 = scalar_qk_bf16,
     .pack_v_bf16 = scalar_pack_v_bf16, .pv_bf16 = scalar_pv_bf16,
 };

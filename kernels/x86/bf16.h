@@ -2,14 +2,16 @@
  * bf16.h - what the two x86 bf16 tables share (kernels/avx512bf16/avx512bf16.c, the
  * vdpbf16ps register tiles, and kernels/amx/amx.c, the AMX tiles): the layouts of the
  * packed bf16 blocks Kpb and Vpb, the functions that pack them (pack_k_bf16,
- * pack_v_bf16 of kernels/ukernel.h), and the conversion of P rows to bf16 pairs.
+ * pack_v_bf16 of kernels/ukernel.h) and Q's rows (pack_q_bf16), and the conversion of P
+ * rows to bf16 pairs.
  *
  * It is not a header in the usual sense: it defines static functions, is included once
  * per table file after kernels/x86/vec_avx512.h (whose AVX-512 flags, with
  * -mavx512bf16, are on) and never on its own. It holds no QK^T or P V arithmetic: each
  * table's file has its own.
  *
- * Rounding. fp32 (and f16, widened exactly first) becomes bf16 through vcvtne2ps2bf16:
+ * Rounding. fp32 (and f16, widened exactly first) becomes bf16 through vcvtne2ps2bf16
+ * (Q, K, V and P alike):
  * round to nearest even, NaN kept and quietened, as kernels/convert.h's
  * sdpa_f32_to_bf16, except that an fp32 subnormal becomes a signed zero (the
  * instruction's DAZ; Intel SDM vol. 2, VCVTNE2PS2BF16, convert_fp32_to_bfloat16). The
@@ -68,6 +70,22 @@ ALWAYS_INLINE __m512i row_bf16x32(const void *row, int d0, int nd, sdpa_dtype dt
     return (__m512i)_mm512_cvtne2ps_pbh(b, a);
 }
 
+/* ---- pack_q_bf16 ----------------------------------------------------------------- */
+
+/* 32 elements per step; the zero tail comes from row_bf16x32's masked loads. */
+ALWAYS_INLINE void pack_q_bf16_dt(int dk, const void *q, sdpa_dtype dt, uint16_t *qb) {
+    for (int d0 = 0; d0 < dk; d0 += 32)
+        _mm512_store_si512(qb + d0, row_bf16x32(q, d0, min_int(32, dk - d0), dt));
+}
+
+static void x86_pack_q_bf16(int dk, const void *q, sdpa_dtype dt, uint16_t *qb) {
+    switch (dt) {
+    case SDPA_F16: pack_q_bf16_dt(dk, q, SDPA_F16, qb); return;
+    case SDPA_BF16: pack_q_bf16_dt(dk, q, SDPA_BF16, qb); return;
+    default: /* SDPA_F32 */ pack_q_bf16_dt(dk, q, SDPA_F32, qb); return;
+    }
+}
+
 /* ---- pack_k_bf16 ----------------------------------------------------------------- */
 
 /* One dt at a time, so the conversion is hoisted out of the loops. Each 16 keys x 32
@@ -114,9 +132,10 @@ static void x86_pack_k_bf16(int n, int dk, const void *k, int64_t ldk, sdpa_dtyp
 
 /* Per key pair and 32 dims: the two rows as 32 bf16 each, interleaved element by element
  * with vpermt2w into dims 0-15 and 16-31 of the pair. Keys past n are zero rows. The
- * rows PF_PAIRS pairs ahead are prefetched: V is caller memory, read in row pairs. */
-ALWAYS_INLINE void pack_v_bf16_dt(int n, int dv, const void *v, int64_t ldv, sdpa_dtype dt,
-                                  uint16_t *vp) {
+ * rows PF_PAIRS pairs ahead are prefetched: V is caller memory, read in row pairs. An
+ * all-ones exponent field in any rounded element (inf or NaN) makes the result 0. */
+ALWAYS_INLINE int pack_v_bf16_dt(int n, int dv, const void *v, int64_t ldv, sdpa_dtype dt,
+                                 uint16_t *vp) {
     enum { PF_PAIRS = 4 };
     const size_t es = elem_bytes(dt), ldvb = (size_t)ldv * es;
     const int dvs = round_up_int(dv, 16), np = round_up_int(n, VPB_KEYS);
@@ -126,6 +145,8 @@ ALWAYS_INLINE void pack_v_bf16_dt(int n, int dv, const void *v, int64_t ldv, sdp
                                             41, 9, 40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3,
                                             34, 2, 33, 1, 32, 0);
     const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
+    const __m512i ex = _mm512_set1_epi16(0x7f80); /* bf16's exponent field */
+    __mmask32 inf_nan = 0;
     for (int j = 0; j < np; j += 2) {
         const char *r0 = (const char *)v + (size_t)j * ldvb, *r1 = r0 + ldvb;
         uint16_t *dst = vp + (size_t)j * (size_t)dvs;
@@ -135,19 +156,22 @@ ALWAYS_INLINE void pack_v_bf16_dt(int n, int dv, const void *v, int64_t ldv, sdp
             const int nd = min_int(32, dv - d0);
             const __m512i a = j < n ? row_bf16x32(r0, d0, nd, dt) : _mm512_setzero_si512();
             const __m512i b = j + 1 < n ? row_bf16x32(r1, d0, nd, dt) : _mm512_setzero_si512();
+            inf_nan |= _mm512_cmpeq_epi16_mask(_mm512_and_si512(a, ex), ex) |
+                       _mm512_cmpeq_epi16_mask(_mm512_and_si512(b, ex), ex);
             _mm512_store_si512(dst + 2 * d0, _mm512_permutex2var_epi16(a, lo_idx, b));
             if (d0 + 16 < dvs)
                 _mm512_store_si512(dst + 2 * d0 + 32, _mm512_permutex2var_epi16(a, hi_idx, b));
         }
     }
+    return inf_nan == 0;
 }
 
-static void x86_pack_v_bf16(int n, int dv, const void *v, int64_t ldv, sdpa_dtype dt,
-                            uint16_t *vp) {
+static int x86_pack_v_bf16(int n, int dv, const void *v, int64_t ldv, sdpa_dtype dt,
+                           uint16_t *vp) {
     switch (dt) {
-    case SDPA_F16: pack_v_bf16_dt(n, dv, v, ldv, SDPA_F16, vp); return;
-    case SDPA_BF16: pack_v_bf16_dt(n, dv, v, ldv, SDPA_BF16, vp); return;
-    default: /* SDPA_F32 */ pack_v_bf16_dt(n, dv, v, ldv, SDPA_F32, vp); return;
+    case SDPA_F16: return pack_v_bf16_dt(n, dv, v, ldv, SDPA_F16, vp);
+    case SDPA_BF16: return pack_v_bf16_dt(n, dv, v, ldv, SDPA_BF16, vp);
+    default: /* SDPA_F32 */ return pack_v_bf16_dt(n, dv, v, ldv, SDPA_F32, vp);
     }
 }
 
