@@ -55,8 +55,9 @@
  * latency behind. Kernels that stream caller rows in decode (qk_rows, and pv for few
  * rows) prefetch the row this many bytes of row data ahead of the one they are on,
  * within their call and, where the driver says the rows go on (npf below), past its
- * end into the next call's, so the prefetches run as one stream across the blocks;
- * the driver prefetches the first this-many bytes of a block itself only where no call
+ * end into the next call's, so the prefetches run as one stream across the blocks (in a
+ * paged cache, the driver names the page about this many bytes on, pf below, which the
+ * kernel prefetches in step with its own rows); the driver prefetches the first this-many bytes of a block itself only where no call
  * streamed into it (a unit's first block, after a masked block). At least one 4 KiB
  * page: the hardware prefetchers stop at page boundaries, so the software prefetch
  * covers the page the core reaches next. Into L1 (sdpa_prefetch_l1: src/dispatch.c
@@ -109,7 +110,7 @@ typedef struct sdpa_kernels {
      * whichever rows share the call, so the driver may run a band of an item's rows
      * (and the attention weights recompute exactly the forward pass's scores). */
     void (*qk_rows)(int m, int n, int dk, float scale, const float *q, int ldq, const void *k,
-                    int64_t ldk, sdpa_dtype dt, float *s, int lds, int npf);
+                    int64_t ldk, sdpa_dtype dt, float *s, int lds, int npf, const void *pf);
 
     /* The online-softmax step above on m rows of n scores, in place (S becomes P).
      * NaN scores propagate to l_run; -inf scores become exactly 0. */
@@ -119,14 +120,18 @@ typedef struct sdpa_kernels {
     /* O[r][:dv] = alpha[r] * O[r][:dv] + sum_{j<n} P[r][j] * fp32(V[j][:dv]) for r < m.
      * alpha == NULL means no rescale (O += P V). V rows are ldv elements apart in caller
      * memory, stored as dt; P rows ldp apart, O rows ldo apart.
-     * npf (>= 0), here and in qk_rows, qk_rows_q and pv_q: the rows n .. n + npf - 1 at
-     * the same stride are the next rows the driver will hand a kernel (decode's stream
-     * of K or V continues there): a kernel that prefetches the rows ahead of the one it
-     * is on may prefetch those too, up to its prefetch distance (SDPA_PREFETCH_AHEAD),
-     * and the driver then leaves the next call's first rows to it. Never read: 0 where
-     * the rows end with the call (a page's last row, a unit's last block). */
+     * npf (>= 0) and pf, here and in qk_rows, qk_rows_q and pv_q, say what a kernel that
+     * prefetches decode's stream may prefetch; neither is ever read. pf == NULL: the rows
+     * n .. n + npf - 1 at the same stride are the next rows the driver will hand a
+     * kernel (decode's stream of K or V continues there): the kernel prefetches the rows
+     * ahead of the one it is on, up to its prefetch distance (SDPA_PREFETCH_AHEAD),
+     * within the call and into those, and the driver then leaves the next call's first
+     * rows to it; 0 where the rows end with the call (a unit's last block). pf != NULL (a
+     * paged cache, whose next rows lie in other pages): rows pf + j ld, j < npf, a run
+     * of the same cache (the page that many bytes on, src/kvcache.c), prefetched in step
+     * with the call's own, row j while on row j, and nothing else. */
     void (*pv)(int m, int n, int dv, const float *p, int ldp, const void *v, int64_t ldv,
-               sdpa_dtype dt, const float *alpha, float *o, int ldo, int npf);
+               sdpa_dtype dt, const float *alpha, float *o, int ldo, int npf, const void *pf);
 
     /* y[i] = exp(x[i]) for i < n, the same exp softmax uses (y may equal x; neither
      * needs any alignment, and nothing past x[n-1]/y[n-1] is touched). exp(-inf) = 0,
@@ -159,10 +164,10 @@ typedef struct sdpa_kernels {
      * scratch and reading them back. */
     void (*qk_rows_q)(int m, int n, int dk, float scale, const float *q, int ldq,
                       const void *k, int64_t ldkb, sdpa_dtype dt, const sdpa_qscales *sc,
-                      float *s, int lds, int npf);
+                      float *s, int lds, int npf, const void *pf);
     void (*pv_q)(int m, int n, int dv, const float *p, int ldp, const void *v, int64_t ldvb,
                  sdpa_dtype dt, const sdpa_qscales *sc, const float *alpha, float *o, int ldo,
-                 int npf);
+                 int npf, const void *pf);
 
     /* ---- bf16 compute (SDPA_COMPUTE_BF16, include/sdpa.h) ----------------------------
      * Set by the tables whose registry row computes the mode (src/dispatch.c), NULL in

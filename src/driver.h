@@ -202,6 +202,13 @@ void kv_prefetch_run(const plan *pl, const rows *it, int which, int64_t j, int64
  * (SDPA_PREFETCH_AHEAD) spans, or, cold (nothing prefetched yet), every page up to it. */
 void kv_prefetch_pages(const plan *pl, const rows *it, int which, int64_t j, int64_t end,
                        int cold);
+/* The same stream prefetched in step by the kernels instead (kernels/ukernel.h, pf): 1 if
+ * a page of K (which 0) or V (1) is at most the prefetch distance long, so that distance
+ * is a whole number of pages; then kv_page_ahead gives, for the run at key j, the run
+ * that many pages on (its first row, and its length in *n), or NULL at or past end. */
+int kv_pages_in_step(const plan *pl, int which);
+const char *kv_page_ahead(const plan *pl, const rows *it, int which, int64_t j, int64_t end,
+                          int *n);
 vrows kv_block(const plan *pl, const rows *it, const scratch *w, int which, int64_t j0, int n);
 
 /* ---- finalize.c ---- */

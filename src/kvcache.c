@@ -163,20 +163,43 @@ void kv_prefetch_run(const plan *pl, const rows *it, int which, int64_t j, int64
         }
 }
 
+/* Whole pages of K or V (their codes) in the kernels' prefetch distance: 0 when a page is
+ * longer. */
+static int64_t pages_ahead(const plan *pl, int which) {
+    const sdpa_problem *p = &pl->p;
+    const int64_t rowb = (which ? p->Dv : p->Dk) * sdpa_kv_bits(which ? p->vt : p->kt) / 8;
+    return (int64_t)SDPA_PREFETCH_AHEAD / (p->pages.page_size * max64(rowb, 1));
+}
+
 void kv_prefetch_pages(const plan *pl, const rows *it, int which, int64_t j, int64_t end,
                        int cold) {
-    const sdpa_problem *p = &pl->p;
-    const int64_t ps = p->pages.page_size;
-    const int64_t rowb = (which ? p->Dv : p->Dk) * sdpa_kv_bits(which ? p->vt : p->kt) / 8;
+    const int64_t ps = pl->p.pages.page_size;
     /* pages ahead: the kernels' prefetch distance in whole pages, at least one, at most
      * 8 (a page of int4 rows at Dk = 128 is 1 KiB) */
-    const int64_t dist = max64(1, min64(8, (int64_t)SDPA_PREFETCH_AHEAD / (ps * rowb)));
+    const int64_t dist = max64(1, min64(8, pages_ahead(pl, which)));
     for (int64_t k = cold ? 1 : dist; k <= dist; k++) {
         const int64_t t = (j / ps + k) * ps;
         if (t >= end)
             break;
         kv_prefetch_run(pl, it, which, t, end);
     }
+}
+
+int kv_pages_in_step(const plan *pl, int which) {
+    return pl->p.pages.block_table && pages_ahead(pl, which) >= 1;
+}
+
+const char *kv_page_ahead(const plan *pl, const rows *it, int which, int64_t j, int64_t end,
+                          int *n) {
+    const int64_t ps = pl->p.pages.page_size;
+    /* at most 64 pages on: one-token pages of short rows (SGLang's) */
+    const int64_t t = (j / ps + min64(64, pages_ahead(pl, which))) * ps;
+    *n = 0;
+    if (t >= end)
+        return NULL;
+    const char *row;
+    *n = (int)kv_run(pl, it, which, t, end, &row); /* one page: at most the distance's rows */
+    return row;
 }
 
 int kv_in_place(const plan *pl, int which) {

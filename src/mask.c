@@ -212,7 +212,8 @@ static const vrows *v_from(const vrows *v, int64_t j, vrows *tmp) {
  * the stream (kernels/ukernel.h). */
 static void pv_call_pf(const plan *pl, int m, int n, const float *p, const vrows *v,
                        const float *alpha, float *o, int npf) {
-    pl->kt->pv(m, n, (int)pl->p.Dv, p, pl->lds, v->v, v->ld, v->dt, alpha, o, pl->ldo, npf);
+    pl->kt->pv(m, n, (int)pl->p.Dv, p, pl->lds, v->v, v->ld, v->dt, alpha, o, pl->ldo, npf,
+               NULL);
 }
 
 /* pv_call_pf on rows that end a stream: a part of a block. */

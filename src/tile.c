@@ -119,6 +119,37 @@ static void prefetch_head(const char *base, int64_t ld, int n, size_t bytes) {
         }
 }
 
+/* The prefetches around run [j, j + len) of a block [j0, j0 + n) of K (which 0) or V (1)
+ * read run by run (paged or quantized), npf keys of the unit after the block: a paged
+ * cache whose pages are short against the prefetch distance, read in place, is streamed
+ * by the kernel calls, each prefetching in step the run that many pages on (*pf, *pfn
+ * rows; kernels/ukernel.h), after a burst of the first pages where nothing streamed into
+ * the block (!warm); longer pages in bursts a page run at a time (kv_prefetch_pages);
+ * a quantized contiguous block's runs the next run at a time. Bursts stall the core on
+ * the miss buffers (docs/PERFORMANCE.md, "Paged decode in step"). Returns 1 if the
+ * stream runs on past the block. */
+static int run_prefetch(const plan *pl, const rows *it, int which, int64_t j0, int n,
+                        int64_t j, int64_t len, int npf, int warm, int in_place,
+                        const char **pf, int *pfn) {
+    const sdpa_problem *p = &pl->p;
+    const int64_t end = j0 + n + npf;
+    *pf = NULL;
+    *pfn = 0;
+    if (in_place && kv_pages_in_step(pl, which)) {
+        if (j == j0 && !warm)
+            kv_prefetch_pages(pl, it, which, j, end, 1);
+        *pf = kv_page_ahead(pl, it, which, j, end, pfn);
+        return npf > 0;
+    }
+    if (p->pages.block_table && npf > 0) { /* the page stream, into the next block */
+        kv_prefetch_pages(pl, it, which, j, end, j == j0 && !warm);
+        return 1;
+    }
+    if (j + len < j0 + n) /* the next page: no hardware prefetcher finds it */
+        kv_prefetch_run(pl, it, which, j + len, j0 + n);
+    return 0;
+}
+
 /* S rows [ra, rb) = scale Q K^T for the n keys of the block kv (caller memory, or the
  * block gathered by kv_block): K rows read in place by qk_rows for plans of few rows,
  * else packed by pack_k for qk.
@@ -139,22 +170,21 @@ static int block_scores(const plan *pl, const rows *it, const scratch *w, const 
         for (int64_t j = j0; j < j0 + n;) {
             const char *row;
             const int64_t len = kv_run(pl, it, 0, j, j0 + n, &row);
-            if (p->pages.block_table && npf > 0) { /* the page stream, into the next block */
-                kv_prefetch_pages(pl, it, 0, j, j0 + n + npf, j == j0 && !warm);
-                streamed = 1;
-            } else if (j + len < j0 + n) { /* the next page: no hardware prefetcher finds it */
-                kv_prefetch_run(pl, it, 0, j + len, j0 + n);
-            }
+            const char *pf;
+            int pfn;
+            const int in_place = pl->kq_fused || !sdpa_dtype_quantized(p->kt);
+            streamed |= run_prefetch(pl, it, 0, j0, n, j, len, npf, warm, in_place, &pf, &pfn);
             if (pl->kq_fused) {
                 /* codes in place: the next block's rows follow this run's unless paged */
-                streamed |= j + len == j0 + n && !p->pages.block_table && npf > 0;
+                const int on = j + len == j0 + n && !p->pages.block_table && npf > 0;
+                streamed |= on;
                 const qrows k = kv_run_qrows(pl, it, 0, j, len, row);
                 kt->qk_rows_q(rb - ra, (int)len, (int)p->Dk, p->scale, q, pl->ldq, k.v, k.ldb,
-                              p->kt, &k.sc, s + (j - j0), pl->lds, streamed ? npf : 0);
+                              p->kt, &k.sc, s + (j - j0), pl->lds, pf ? pfn : on ? npf : 0, pf);
             } else {
                 const vrows k = kv_run_rows(pl, it, w, 0, j, len, row);
                 kt->qk_rows(rb - ra, (int)len, (int)p->Dk, p->scale, q, pl->ldq, k.v, k.ld,
-                            k.dt, s + (j - j0), pl->lds, 0);
+                            k.dt, s + (j - j0), pl->lds, pfn, pf);
             }
             j += len;
         }
@@ -180,7 +210,7 @@ static int block_scores(const plan *pl, const rows *it, const scratch *w, const 
         /* caller rows (not rounded into scratch, nor a gathered block) stream on */
         const int streamed = k == kv->v && kv_in_place(pl, 0) && npf > 0;
         kt->qk_rows(rb - ra, n, (int)p->Dk, p->scale, q, pl->ldq, k, ldk, dt, s, pl->lds,
-                    streamed ? npf : 0);
+                    streamed ? npf : 0, NULL);
         return streamed;
     }
     kt->pack_k(n, (int)p->Dk, k, ldk, dt, w->kp);
@@ -207,23 +237,22 @@ static int block_pv(const plan *pl, const rows *it, const scratch *w, int ra, in
         for (int64_t j = j0; j < j0 + n;) {
             const char *row;
             const int64_t len = kv_run(pl, it, 1, j, j0 + n, &row);
-            if (p->pages.block_table && npf > 0) { /* as K's */
-                kv_prefetch_pages(pl, it, 1, j, j0 + n + npf, j == j0 && !warm);
-                streamed = 1;
-            } else if (j + len < j0 + n) {
-                kv_prefetch_run(pl, it, 1, j + len, j0 + n);
-            }
+            const char *pf; /* as K's */
+            int pfn;
+            const int in_place = pl->vq_fused || !sdpa_dtype_quantized(p->vt);
+            streamed |= run_prefetch(pl, it, 1, j0, n, j, len, npf, warm, in_place, &pf, &pfn);
             const float *alpha = j == j0 ? w->alpha + ra : NULL;
             float *o = w->o + (size_t)ra * (size_t)pl->ldo;
             if (pl->vq_fused) {
-                streamed |= j + len == j0 + n && !p->pages.block_table && npf > 0; /* as K's */
+                const int on = j + len == j0 + n && !p->pages.block_table && npf > 0;
+                streamed |= on;
                 const qrows vq = kv_run_qrows(pl, it, 1, j, len, row);
                 pl->kt->pv_q(rb - ra, (int)len, Dv, s + (j - j0), pl->lds, vq.v, vq.ldb, p->vt,
-                             &vq.sc, alpha, o, pl->ldo, streamed ? npf : 0);
+                             &vq.sc, alpha, o, pl->ldo, pf ? pfn : on ? npf : 0, pf);
             } else {
                 const vrows vr = kv_run_rows(pl, it, w, 1, j, len, row);
                 pl->kt->pv(rb - ra, (int)len, Dv, s + (j - j0), pl->lds, vr.v, vr.ld, vr.dt,
-                           alpha, o, pl->ldo, 0);
+                           alpha, o, pl->ldo, pfn, pf);
             }
             j += len;
         }

@@ -302,10 +302,12 @@ static void fused_quantized(void) {
                         kt->dequant(D, codes + j * ldb, dts[d], sc + j * ldsc, group, deq + j * D);
                     const sdpa_qscales qs = {scs, ldsc, group, sdt};
                     /* the fused calls are told the rows go on (npf), past the guard
-                     * page: prefetches only */
+                     * page, or on every third case to prefetch a paged run in step (pf:
+                     * the codes again): prefetches only */
+                    const int step = cases % 3 == 0;
                     kt->qk_rows_q(m, n, D, 0.125f, q, ldq, codes, ldb, dts[d], &qs, s1, lds,
-                                  4096);
-                    kt->qk_rows(m, n, D, 0.125f, q, ldq, deq, D, SDPA_F32, s2, lds, 0);
+                                  step ? n : 4096, step ? codes : NULL);
+                    kt->qk_rows(m, n, D, 0.125f, q, ldq, deq, D, SDPA_F32, s2, lds, 0, NULL);
                     int sbad = 0, obad = 0;
                     for (int r = 0; r < m; r++)
                         sbad += !same_floats(s1 + r * lds, s2 + r * lds, n);
@@ -313,8 +315,9 @@ static void fused_quantized(void) {
                     for (int i = 0; i < m * lds; i++)
                         s1[i] = fabsf(s2[i]) < 1.0f ? fabsf(s2[i]) : 0.25f;
                     const float *al = cases % 2 ? alpha : NULL;
-                    kt->pv_q(m, n, D, s1, lds, codes, ldb, dts[d], &qs, al, o1, ldq, 4096);
-                    kt->pv(m, n, D, s1, lds, deq, D, SDPA_F32, al, o2, ldq, 0);
+                    kt->pv_q(m, n, D, s1, lds, codes, ldb, dts[d], &qs, al, o1, ldq,
+                             step ? n : 4096, step ? codes : NULL);
+                    kt->pv(m, n, D, s1, lds, deq, D, SDPA_F32, al, o2, ldq, 0, NULL);
                     for (int r = 0; r < m; r++)
                         obad += !same_floats(o1 + r * ldq, o2 + r * ldq, D);
                     CHECK(sbad == 0 && obad == 0,

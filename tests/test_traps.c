@@ -161,8 +161,8 @@ static const sdpa_kernels *good;
 /* P V that forgets the last key of every call: an off-by-one in a tail loop. */
 static void pv_drops_last_key(int m, int n, int dv, const float *p, int ldp, const void *v,
                               int64_t ldv, sdpa_dtype dt, const float *alpha, float *o, int ldo,
-                              int npf) {
-    good->pv(m, n > 1 ? n - 1 : n, dv, p, ldp, v, ldv, dt, alpha, o, ldo, npf);
+                              int npf, const void *pf) {
+    good->pv(m, n > 1 ? n - 1 : n, dv, p, ldp, v, ldv, dt, alpha, o, ldo, npf, pf);
 }
 
 /* Online softmax that never rescales the running sums: right on the first key block,

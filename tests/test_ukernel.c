@@ -205,11 +205,13 @@ static void check_qk_rows(int m, int n, int dk, int64_t ldk, sdpa_dtype dt, floa
     float *s = scratch_alloc(sn), *s2 = scratch_alloc(sn);
 
     /* the first call is told the stream goes on past its rows (npf: kernels/ukernel.h),
-     * which may be prefetched, never read: past the guard page here; the bits must not
-     * change */
-    kt->qk_rows(m, n, dk, scale, q, ldq, k, ldk, dt, s, lds, 4096);
+     * which may be prefetched, never read: past the guard page here; the second to
+     * prefetch a paged run in step (pf), K's rows again, on every third n; the bits must
+     * not change */
+    kt->qk_rows(m, n, dk, scale, q, ldq, k, ldk, dt, s, lds, 4096, NULL);
     if (m > 1)
-        kt->qk_rows(m - 1, n, dk, scale, q + ldq, ldq, k, ldk, dt, s2 + lds, lds, 0);
+        kt->qk_rows(m - 1, n, dk, scale, q + ldq, ldq, k, ldk, dt, s2 + lds, lds,
+                    n % 3 ? 0 : n, n % 3 ? NULL : k);
 
     double worst = 0;
     int bad = 0, spill = 0, band = 0;
@@ -306,9 +308,9 @@ static void test_widening(void) {
         int bad_qk = 0, bad_pv = 0, first = -1;
         for (int i = 0; i < PATTERNS; i++)
             o[i] = -0.0f;
-        kt->pv(1, 1, PATTERNS, p, 16, all, PATTERNS, dt, NULL, o, PATTERNS, 0);
+        kt->pv(1, 1, PATTERNS, p, 16, all, PATTERNS, dt, NULL, o, PATTERNS, 0, NULL);
         for (int c = 0; c < PATTERNS; c += CHUNK) {
-            kt->qk_rows(1, CHUNK, 1, 1.0f, q, 16, all + c, 1, dt, s, CHUNK, 0);
+            kt->qk_rows(1, CHUNK, 1, 1.0f, q, 16, all + c, 1, dt, s, CHUNK, 0, NULL);
             for (int i = 0; i < CHUNK; i++) {
                 const float want = dt == SDPA_F16 ? sdpa_f16_to_f32(all[c + i])
                                                   : sdpa_bf16_to_f32(all[c + i]);
@@ -457,8 +459,11 @@ static void check_pv(int m, int n, int dv, int64_t ldv, sdpa_dtype dt, int resca
     }
     memcpy(o0, o, (size_t)m * (size_t)ldo * sizeof(float));
 
-    /* streaming on past the rows (npf) on odd n: prefetches only, the results the same */
-    kt->pv(m, n, dv, p, ldp, v, ldv, dt, rescale ? alpha : NULL, o, ldo, n % 2 ? 4096 : 0);
+    /* streaming on past the rows (npf) on odd n, a paged run in step (pf: V's rows again)
+     * on other multiples of 3: prefetches only, the results the same */
+    const int step = n % 2 == 0 && n % 3 == 0;
+    kt->pv(m, n, dv, p, ldp, v, ldv, dt, rescale ? alpha : NULL, o, ldo,
+           step ? n : n % 2 ? 4096 : 0, step ? v : NULL);
 
     int bad = 0, spill = 0;
     for (int r = 0; r < m; r++)

@@ -314,15 +314,18 @@ ALWAYS_INLINE void qkr_group(const int R, const int FULL, sdpa_dtype dt, int nk,
 
 ALWAYS_INLINE void qkr_rows(const int R, sdpa_dtype dt, int n, int dk, float scale,
                             const float *q, int ldq, const void *k, int64_t ldk, float *s,
-                            int lds, int npf) {
+                            int lds, int npf, const void *pf) {
     const int J = 16 / R;
     const size_t ldkb = (size_t)ldk * elem_bytes(dt), rowb = (size_t)dk * elem_bytes(dt);
-    const int ahead = (int)(SDPA_PREFETCH_AHEAD / rowb) + 1;
-    const int pfend = n + min_int(npf, ahead); /* rows below it may be prefetched */
+    /* row pj of pfs is prefetched for pj in [j0 + ahead, j0 + ahead + J), below pfend:
+     * the rows ahead in the call and the npf after it, or a paged cache's run in step */
+    const int ahead = pf ? 0 : (int)(SDPA_PREFETCH_AHEAD / rowb) + 1;
+    const int pfend = pf ? npf : n + min_int(npf, ahead);
+    const char *pfs = pf ? (const char *)pf : (const char *)k;
     int j0 = 0;
     for (; j0 + J <= n; j0 += J) {
         for (int pj = j0 + ahead; pj < j0 + ahead + J && pj < pfend; pj++)
-            prefetch_row((const char *)k + (size_t)pj * ldkb, rowb);
+            prefetch_row(pfs + (size_t)pj * ldkb, rowb);
         qkr_group(R, 1, dt, J, dk, scale, q, ldq, (const char *)k + (size_t)j0 * ldkb, ldkb,
                   s + j0, lds);
     }
@@ -333,27 +336,29 @@ ALWAYS_INLINE void qkr_rows(const int R, sdpa_dtype dt, int n, int dk, float sca
 
 /* Rows in tiles of 4, then 2, then 1; one instantiation per storage type. */
 ALWAYS_INLINE void qk_rows_dt(sdpa_dtype dt, int m, int n, int dk, float scale, const float *q,
-                              int ldq, const void *k, int64_t ldk, float *s, int lds, int npf) {
+                              int ldq, const void *k, int64_t ldk, float *s, int lds, int npf,
+                              const void *pf) {
     int r = 0;
     for (; r + 4 <= m; r += 4)
         qkr_rows(4, dt, n, dk, scale, q + (size_t)r * (size_t)ldq, ldq, k, ldk,
-                 s + (size_t)r * (size_t)lds, lds, npf);
+                 s + (size_t)r * (size_t)lds, lds, npf, pf);
     if (m - r >= 2) {
         qkr_rows(2, dt, n, dk, scale, q + (size_t)r * (size_t)ldq, ldq, k, ldk,
-                 s + (size_t)r * (size_t)lds, lds, npf);
+                 s + (size_t)r * (size_t)lds, lds, npf, pf);
         r += 2;
     }
     if (r < m)
         qkr_rows(1, dt, n, dk, scale, q + (size_t)r * (size_t)ldq, ldq, k, ldk,
-                 s + (size_t)r * (size_t)lds, lds, npf);
+                 s + (size_t)r * (size_t)lds, lds, npf, pf);
 }
 
 static void neon_qk_rows(int m, int n, int dk, float scale, const float *q, int ldq,
-                         const void *k, int64_t ldk, sdpa_dtype dt, float *s, int lds, int npf) {
+                         const void *k, int64_t ldk, sdpa_dtype dt, float *s, int lds, int npf,
+                         const void *pf) {
     switch (dt) {
-    case SDPA_F16: qk_rows_dt(SDPA_F16, m, n, dk, scale, q, ldq, k, ldk, s, lds, npf); break;
-    case SDPA_BF16: qk_rows_dt(SDPA_BF16, m, n, dk, scale, q, ldq, k, ldk, s, lds, npf); break;
-    default: /* SDPA_F32 */ qk_rows_dt(SDPA_F32, m, n, dk, scale, q, ldq, k, ldk, s, lds, npf); break;
+    case SDPA_F16: qk_rows_dt(SDPA_F16, m, n, dk, scale, q, ldq, k, ldk, s, lds, npf, pf); break;
+    case SDPA_BF16: qk_rows_dt(SDPA_BF16, m, n, dk, scale, q, ldq, k, ldk, s, lds, npf, pf); break;
+    default: /* SDPA_F32 */ qk_rows_dt(SDPA_F32, m, n, dk, scale, q, ldq, k, ldk, s, lds, npf, pf); break;
     }
 }
 
@@ -421,10 +426,11 @@ static void neon_softmax(int m, int n, float *s, int lds, float *m_run, float *l
  * acc[r * nv + c]. Per 4 keys: mr loads of P (one vector per row), then per key (lane) nv
  * vectors of its V row, each FMLA'd against every row's P lane. Keys past the last
  * multiple of 4 use the P element itself (P padding is off limits). v points at the
- * tile's first column of key 0; V rows are ldvb bytes apart. With pf > 0 (decode: V
- * streams from DRAM; the first tile only) the pfb bytes of the rows pf keys ahead, below
- * pfend (n and the npf rows after the call: kernels/ukernel.h), are prefetched: whole
- * rows, so the other tiles find them in cache.
+ * tile's first column of key 0; V rows are ldvb bytes apart. With pfs (decode: V
+ * streams from DRAM; the first tile only) the pfb bytes of row j + pf of pfs while on
+ * row j, below pfend, are prefetched: pfs = v, the rows pf keys ahead within the call
+ * and the npf after it (kernels/ukernel.h), or a paged cache's run in step (pf = 0);
+ * whole rows, so the other tiles find them in cache.
  */
 ALWAYS_INLINE float32x4_t load_v(const char *vr, int c, const int w, sdpa_dtype dt) {
     return w ? load_part_dt(vr, c, w, dt) : load4(vr, c, dt);
@@ -442,7 +448,7 @@ ALWAYS_INLINE float32x4_t load_v(const char *vr, int c, const int w, sdpa_dtype 
 
 ALWAYS_INLINE void pv_tile(const int mr, const int nv, const int w, sdpa_dtype dt, int n,
                            const float *p, int ldp, const char *v, size_t ldvb, const float *alpha,
-                           float *o, int ldo, int pf, int pfend, size_t pfb) {
+                           float *o, int ldo, const char *pfs, int pf, int pfend, size_t pfb) {
     float32x4_t acc[NACC];
     _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {
         const float32x4_t a = vdupq_n_f32(alpha ? alpha[r] : 1.0f);
@@ -454,8 +460,8 @@ ALWAYS_INLINE void pv_tile(const int mr, const int nv, const int w, sdpa_dtype d
     }
     int j = 0;
     for (; j + 4 <= n; j += 4) {
-        for (int pj = j + pf; pf > 0 && pj < j + pf + 4 && pj < pfend; pj++)
-            prefetch_row(v + (size_t)pj * ldvb, pfb);
+        for (int pj = j + pf; pfs && pj < j + pf + 4 && pj < pfend; pj++)
+            prefetch_row(pfs + (size_t)pj * ldvb, pfb);
         float32x4_t pv4[MR];
         _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)
             pv4[r] = vld1q_f32(p + (size_t)r * (size_t)ldp + j);
@@ -483,29 +489,30 @@ ALWAYS_INLINE void pv_tile(const int mr, const int nv, const int w, sdpa_dtype d
 }
 
 /* All dv columns for mr rows: nv vectors per tile, then single vectors, then the partial
- * one; the first tile prefetches (pf, pfb: see pv_tile). */
+ * one; the first tile prefetches (pfs, pf, pfend: see pv_tile). */
 ALWAYS_INLINE void pv_rows(const int mr, const int nv, sdpa_dtype dt, int n, int dv,
                            const float *p, int ldp, const char *v, size_t ldvb,
-                           const float *alpha, float *o, int ldo, int pf, int pfend) {
+                           const float *alpha, float *o, int ldo, const char *pfs, int pf,
+                           int pfend) {
     const size_t es = elem_bytes(dt), pfb = (size_t)dv * es;
     int c = 0;
     for (; c + 4 * nv <= dv; c += 4 * nv)
         pv_tile(mr, nv, 0, dt, n, p, ldp, v + (size_t)c * es, ldvb, alpha, o + c, ldo,
-                c ? 0 : pf, pfend, pfb);
+                c ? NULL : pfs, pf, pfend, pfb);
     for (; c + 4 <= dv; c += 4)
         pv_tile(mr, 1, 0, dt, n, p, ldp, v + (size_t)c * es, ldvb, alpha, o + c, ldo,
-                c ? 0 : pf, pfend, pfb);
+                c ? NULL : pfs, pf, pfend, pfb);
     switch (dv - c) {
     case 1:
-        pv_tile(mr, 1, 1, dt, n, p, ldp, v + (size_t)c * es, ldvb, alpha, o + c, ldo, c ? 0 : pf, pfend,
+        pv_tile(mr, 1, 1, dt, n, p, ldp, v + (size_t)c * es, ldvb, alpha, o + c, ldo, c ? NULL : pfs, pf, pfend,
                 pfb);
         break;
     case 2:
-        pv_tile(mr, 1, 2, dt, n, p, ldp, v + (size_t)c * es, ldvb, alpha, o + c, ldo, c ? 0 : pf, pfend,
+        pv_tile(mr, 1, 2, dt, n, p, ldp, v + (size_t)c * es, ldvb, alpha, o + c, ldo, c ? NULL : pfs, pf, pfend,
                 pfb);
         break;
     case 3:
-        pv_tile(mr, 1, 3, dt, n, p, ldp, v + (size_t)c * es, ldvb, alpha, o + c, ldo, c ? 0 : pf, pfend,
+        pv_tile(mr, 1, 3, dt, n, p, ldp, v + (size_t)c * es, ldvb, alpha, o + c, ldo, c ? NULL : pfs, pf, pfend,
                 pfb);
         break;
     default:
@@ -520,37 +527,41 @@ ALWAYS_INLINE void pv_rows(const int mr, const int nv, sdpa_dtype dt, int n, int
 /* Rows in tiles of 8, 4, 2, 1; one instantiation per storage type. */
 ALWAYS_INLINE void pv_dt(sdpa_dtype dt, int m, int n, int dv, const float *p, int ldp,
                          const void *v, int64_t ldv, const float *alpha, float *o, int ldo,
-                         int npf) {
+                         int npf, const void *pfv) {
     const char *vc = (const char *)v;
     const size_t ldvb = (size_t)ldv * elem_bytes(dt);
     const int ahead = (int)(SDPA_PREFETCH_AHEAD / ((size_t)dv * elem_bytes(dt))) + 1;
-    const int pf = m <= PV_WIDE_M || npf > 0 ? ahead : 0;
-    const int pfend = n + min_int(npf, ahead); /* rows below it may be prefetched */
+    /* pv_tile's prefetch: the rows ahead (few rows, or the stream goes on), or the paged
+     * run the driver names, in step */
+    const char *pfs = pfv ? (const char *)pfv : m <= PV_WIDE_M || npf > 0 ? vc : NULL;
+    const int pf = pfv ? 0 : ahead;
+    const int pfend = pfv ? npf : n + min_int(npf, ahead); /* rows below it may be prefetched */
     int r = 0;
     for (; r + 8 <= m; r += 8)
         pv_rows(8, 2, dt, n, dv, p + (size_t)r * (size_t)ldp, ldp, vc, ldvb,
-                alpha ? alpha + r : NULL, o + (size_t)r * (size_t)ldo, ldo, r ? 0 : pf, pfend);
+                alpha ? alpha + r : NULL, o + (size_t)r * (size_t)ldo, ldo, r ? NULL : pfs, pf, pfend);
     if (m - r >= 4) {
         pv_rows(4, 4, dt, n, dv, p + (size_t)r * (size_t)ldp, ldp, vc, ldvb,
-                alpha ? alpha + r : NULL, o + (size_t)r * (size_t)ldo, ldo, r ? 0 : pf, pfend);
+                alpha ? alpha + r : NULL, o + (size_t)r * (size_t)ldo, ldo, r ? NULL : pfs, pf, pfend);
         r += 4;
     }
     if (m - r >= 2) {
         pv_rows(2, 8, dt, n, dv, p + (size_t)r * (size_t)ldp, ldp, vc, ldvb,
-                alpha ? alpha + r : NULL, o + (size_t)r * (size_t)ldo, ldo, r ? 0 : pf, pfend);
+                alpha ? alpha + r : NULL, o + (size_t)r * (size_t)ldo, ldo, r ? NULL : pfs, pf, pfend);
         r += 2;
     }
     if (m - r >= 1)
         pv_rows(1, 8, dt, n, dv, p + (size_t)r * (size_t)ldp, ldp, vc, ldvb,
-                alpha ? alpha + r : NULL, o + (size_t)r * (size_t)ldo, ldo, r ? 0 : pf, pfend);
+                alpha ? alpha + r : NULL, o + (size_t)r * (size_t)ldo, ldo, r ? NULL : pfs, pf, pfend);
 }
 
 static void neon_pv(int m, int n, int dv, const float *p, int ldp, const void *v,
-                    int64_t ldv, sdpa_dtype dt, const float *alpha, float *o, int ldo, int npf) {
+                    int64_t ldv, sdpa_dtype dt, const float *alpha, float *o, int ldo, int npf,
+                    const void *pf) {
     switch (dt) {
-    case SDPA_F16: pv_dt(SDPA_F16, m, n, dv, p, ldp, v, ldv, alpha, o, ldo, npf); break;
-    case SDPA_BF16: pv_dt(SDPA_BF16, m, n, dv, p, ldp, v, ldv, alpha, o, ldo, npf); break;
-    default: /* SDPA_F32 */ pv_dt(SDPA_F32, m, n, dv, p, ldp, v, ldv, alpha, o, ldo, npf); break;
+    case SDPA_F16: pv_dt(SDPA_F16, m, n, dv, p, ldp, v, ldv, alpha, o, ldo, npf, pf); break;
+    case SDPA_BF16: pv_dt(SDPA_BF16, m, n, dv, p, ldp, v, ldv, alpha, o, ldo, npf, pf); break;
+    default: /* SDPA_F32 */ pv_dt(SDPA_F32, m, n, dv, p, ldp, v, ldv, alpha, o, ldo, npf, pf); break;
     }
 }
 

@@ -54,8 +54,9 @@ static void scalar_qk(int m, int n, int dk, float scale, const float *q, int ldq
 /* Each score a plain dot product in d order, so a row's bits do not depend on m. */
 static void scalar_qk_rows(int m, int n, int dk, float scale, const float *q, int ldq,
                            const void *k, int64_t ldk, sdpa_dtype dt, float *s, int lds,
-                           int npf) {
+                           int npf, const void *pf) {
     (void)npf; /* this table does not prefetch */
+    (void)pf;
     for (int r = 0; r < m; r++) {
         const float *qr = q + (size_t)r * (size_t)ldq;
         float *sr = s + (size_t)r * (size_t)lds;
@@ -97,8 +98,9 @@ static void scalar_softmax(int m, int n, float *s, int lds, float *m_run, float 
 
 static void scalar_pv(int m, int n, int dv, const float *p, int ldp, const void *v,
                       int64_t ldv, sdpa_dtype dt, const float *alpha, float *o, int ldo,
-                      int npf) {
+                      int npf, const void *pf) {
     (void)npf; /* this table does not prefetch */
+    (void)pf;
     for (int r = 0; r < m; r++) {
         float *orow = o + (size_t)r * (size_t)ldo;
         const float *pr = p + (size_t)r * (size_t)ldp;

@@ -385,7 +385,7 @@ ALWAYS_INLINE void qkr_keys(const int R, const int NK, const sdpa_dtype dt, int 
 ALWAYS_INLINE void qkr_rows(const int R, const sdpa_dtype dt, int n, int dk, float scale,
                             const float *q, int ldq, const void *k, size_t ldkb,
                             const char *sc, int64_t ldscb, int f16, int group, float *s,
-                            int lds, int npf) {
+                            int lds, int npf, const char *pf) {
     const size_t rowb = dt_bytes(dt, (size_t)dk);
     const int ahead = (int)(SDPA_PREFETCH_AHEAD / rowb) + 1;
     const int pfend = n + min_int(npf, ahead); /* rows below it may be prefetched */
@@ -396,8 +396,12 @@ ALWAYS_INLINE void qkr_rows(const int R, const sdpa_dtype dt, int n, int dk, flo
         const char *ks = (const char *)k + (size_t)j0 * ldkb;
         int jj = 0;
         for (; jj + 2 <= nk; jj += 2) {
-            for (int pj = jj + ahead; pj < jj + ahead + 2 && j0 + pj < pfend; pj++)
-                prefetch_row(ks + (size_t)pj * ldkb, rowb);
+            if (pf) /* a paged cache: the run the driver names, in step */
+                for (int pj = j0 + jj; pj < j0 + jj + 2 && pj < npf; pj++)
+                    prefetch_row(pf + (size_t)pj * ldkb, rowb);
+            else
+                for (int pj = jj + ahead; pj < jj + ahead + 2 && j0 + pj < pfend; pj++)
+                    prefetch_row(ks + (size_t)pj * ldkb, rowb);
             const char *sj = dt_quant(dt) ? sc + (int64_t)(j0 + jj) * ldscb : NULL;
             qkr_keys(R, 2, dt, dk, q, ldq, ks + (size_t)jj * ldkb, ks + (size_t)(jj + 1) * ldkb,
                      sj, dt_quant(dt) ? sj + ldscb : NULL, f16, group, t + jj);
@@ -419,11 +423,11 @@ ALWAYS_INLINE void qkr_rows(const int R, const sdpa_dtype dt, int n, int dk, flo
 
 /* qkr_rows with the storage type as a constant (the types kernels/ukernel.h lets
  * qk_rows and qk_rows_q read). */
-#define QKR_DT(DT) qkr_rows(R, DT, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf)
+#define QKR_DT(DT) qkr_rows(R, DT, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf, pf)
 ALWAYS_INLINE void qkr_rows_dt(const int R, sdpa_dtype dt, int n, int dk, float scale,
                                const float *q, int ldq, const void *k, size_t ldkb,
                                const char *sc, int64_t ldscb, int f16, int group, float *s,
-                               int lds, int npf) {
+                               int lds, int npf, const char *pf) {
     switch (dt) {
     case SDPA_F16: QKR_DT(SDPA_F16); return;
     case SDPA_BF16: QKR_DT(SDPA_BF16); return;
@@ -440,8 +444,8 @@ ALWAYS_INLINE void qkr_rows_dt(const int R, sdpa_dtype dt, int n, int dk, float 
 #define QKR_ARGS                                                                             \
     int n, int dk, float scale, const float *q, int ldq, const void *k, size_t ldkb,         \
         sdpa_dtype dt, const char *sc, int64_t ldscb, int f16, int group, float *s, int lds, \
-        int npf
-#define QKR_CALL n, dk, scale, q, ldq, k, ldkb, dt, sc, ldscb, f16, group, s, lds, npf
+        int npf, const char *pf
+#define QKR_CALL n, dk, scale, q, ldq, k, ldkb, dt, sc, ldscb, f16, group, s, lds, npf, pf
 
 /* The qk_rows register tiles, one function per row count: qkr_Rrows holds 2 R
  * accumulators (R rows x the 2 keys that share each Q slice) + 2 K slices + 1 Q slice,
@@ -450,14 +454,14 @@ ALWAYS_INLINE void qkr_rows_dt(const int R, sdpa_dtype dt, int n, int dk, float 
  * Each row count is its own function rather than an arm of one switch function: in
  * decode, where each pass over a block is short and K streams from DRAM, the switch
  * form measured slower (docs/PERFORMANCE.md, "Kernel measurements"). */
-TILE void qkr_1row(QKR_ARGS) { qkr_rows_dt(1, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf); }
-TILE void qkr_2rows(QKR_ARGS) { qkr_rows_dt(2, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf); }
-TILE void qkr_3rows(QKR_ARGS) { qkr_rows_dt(3, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf); }
-TILE void qkr_4rows(QKR_ARGS) { qkr_rows_dt(4, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf); }
-TILE void qkr_5rows(QKR_ARGS) { qkr_rows_dt(5, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf); }
-TILE void qkr_6rows(QKR_ARGS) { qkr_rows_dt(6, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf); }
-TILE void qkr_7rows(QKR_ARGS) { qkr_rows_dt(7, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf); }
-TILE void qkr_8rows(QKR_ARGS) { qkr_rows_dt(8, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf); }
+TILE void qkr_1row(QKR_ARGS) { qkr_rows_dt(1, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf, pf); }
+TILE void qkr_2rows(QKR_ARGS) { qkr_rows_dt(2, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf, pf); }
+TILE void qkr_3rows(QKR_ARGS) { qkr_rows_dt(3, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf, pf); }
+TILE void qkr_4rows(QKR_ARGS) { qkr_rows_dt(4, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf, pf); }
+TILE void qkr_5rows(QKR_ARGS) { qkr_rows_dt(5, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf, pf); }
+TILE void qkr_6rows(QKR_ARGS) { qkr_rows_dt(6, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf, pf); }
+TILE void qkr_7rows(QKR_ARGS) { qkr_rows_dt(7, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf, pf); }
+TILE void qkr_8rows(QKR_ARGS) { qkr_rows_dt(8, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf, pf); }
 
 /* The contract's qk_rows_q in passes of QKR_MR rows (the including ISA's), the last
  * pass with the rest; each pass reads K once. The rows of a pass, min(QKR_MR, rows
@@ -465,8 +469,9 @@ TILE void qkr_8rows(QKR_ARGS) { qkr_rows_dt(8, dt, n, dk, scale, q, ldq, k, ldkb
  * reached. */
 static void x86_qk_rows_q(int m, int n, int dk, float scale, const float *q0, int ldq,
                           const void *k, int64_t ldkb_, sdpa_dtype dt, const sdpa_qscales *qs,
-                          float *s0, int lds, int npf) {
+                          float *s0, int lds, int npf, const void *pfv) {
     const size_t ldkb = (size_t)ldkb_;
+    const char *pf = (const char *)pfv;
     const int f16 = qs && qs->dt == SDPA_F16, group = qs ? qs->group : dk;
     const char *sc = qs ? (const char *)qs->p : NULL;
     const int64_t ldscb = qs ? qs->ld * (f16 ? 2 : 4) : 0;
@@ -489,9 +494,10 @@ static void x86_qk_rows_q(int m, int n, int dk, float scale, const float *q0, in
 
 /* The contract's qk_rows: the same tiles on rows stored as f32/f16/bf16 (no scales). */
 static void x86_qk_rows(int m, int n, int dk, float scale, const float *q, int ldq,
-                        const void *k, int64_t ldk, sdpa_dtype dt, float *s, int lds, int npf) {
+                        const void *k, int64_t ldk, sdpa_dtype dt, float *s, int lds, int npf,
+                        const void *pf) {
     x86_qk_rows_q(m, n, dk, scale, q, ldq, k, ldk * (int64_t)elem_bytes(dt), dt, NULL, s, lds,
-                  npf);
+                  npf, pf);
 }
 
 /* ---- softmax -------------------------------------------------------------------- */
@@ -578,6 +584,9 @@ typedef struct {
     int pf;              /* prefetch the V rows this many keys ahead (0: none), below row
                           * pfend, ... */
     int pfend;
+    const char *pfrun;   /* or, where not NULL, row j of these rows (V's stride) while on
+                          * row j < pfn: a paged cache's run the driver names */
+    int pfn;
     size_t pfb;          /* ... this many bytes of each, where PV_PF_WHOLE_ROWS */
     const char *sc;      /* a quantized V (pv_q): key j's scales at sc + j ldscb bytes, */
     int64_t ldscb;
@@ -625,8 +634,12 @@ ALWAYS_INLINE void pv_tile(const int MRMAX, const int MR, const int NV, const in
     }
     for (int j = 0; j < n; j++) {
         const char *vj = v + (size_t)j * ldvb;
-        if (pf > 0 && j + pf < a->pfend)
+        if (a->pfrun) {
+            if (pf > 0 && j < a->pfn)
+                prefetch_row(a->pfrun + (size_t)j * ldvb, pfb);
+        } else if (pf > 0 && j + pf < a->pfend) {
             prefetch_row(vj + (size_t)pf * ldvb, pfb);
+        }
         const char *sj = dt_quant(dt) ? a->sc + (int64_t)j * a->ldscb : NULL;
         UNROLL_FULL
         for (int c = 0; c < NV; c++) {
@@ -776,7 +789,7 @@ _Static_assert(PVQ_CMAX <= PV_WIDE_CMAX && PVQ_CMAX_FEW <= PV_WIDE_CMAX,
                "pv_chunk_args.goff holds a chunk's scale offsets");
 ALWAYS_INLINE void pv_chunks(const int QUANT, int m, int n, int dv, const float *p, int ldp,
                              const void *v, size_t ldvb, sdpa_dtype dt, const sdpa_qscales *qs,
-                             const float *alpha, float *o, int ldo, int npf) {
+                             const float *alpha, float *o, int ldo, int npf, const void *pfv) {
     const int group = qs ? qs->group : dv, f16 = qs && qs->dt == SDPA_F16;
     const size_t rowb = dt_bytes(dt, (size_t)dv);
     const int nvec = (dv + VL - 1) / VL;
@@ -784,7 +797,7 @@ ALWAYS_INLINE void pv_chunks(const int QUANT, int m, int n, int dv, const float 
     const int cmax = QUANT ? (m <= PVQ_FEW_M ? PVQ_CMAX_FEW : PVQ_CMAX)
                      : wide ? PV_WIDE_CMAX : PV_CMAX;
     const int ahead = (int)(SDPA_PREFETCH_AHEAD / rowb) + 1;
-    const int pf = wide || npf > 0 ? ahead : 0;
+    const int pf = wide || npf > 0 || pfv ? ahead : 0;
     const int nchunk = (nvec + cmax - 1) / cmax;
     int c0 = 0;
     for (int ch = 0; ch < nchunk; ch++) {
@@ -794,6 +807,8 @@ ALWAYS_INLINE void pv_chunks(const int QUANT, int m, int n, int dv, const float 
             .ldvb = ldvb, .alpha = alpha, .o = o + VL * c0, .ldo = ldo, .dt = dt,
             .lastw = min_int(VL * nv, dv - VL * c0) - VL * (nv - 1),
             .pf = ch == 0 || !PV_PF_WHOLE_ROWS ? pf : 0, .pfend = n + min_int(npf, ahead),
+            .pfrun = pfv ? (const char *)pfv + dt_bytes(dt, (size_t)(VL * c0)) : NULL,
+            .pfn = npf,
             .pfb = rowb,
             .sc = qs ? (const char *)qs->p : NULL, .ldscb = qs ? qs->ld * (f16 ? 2 : 4) : 0,
             .f16 = f16};
@@ -809,13 +824,13 @@ ALWAYS_INLINE void pv_chunks(const int QUANT, int m, int n, int dv, const float 
 }
 
 static void x86_pv(int m, int n, int dv, const float *p, int ldp, const void *v, int64_t ldv,
-                   sdpa_dtype dt, const float *alpha, float *o, int ldo, int npf) {
+                   sdpa_dtype dt, const float *alpha, float *o, int ldo, int npf, const void *pf) {
     pv_chunks(0, m, n, dv, p, ldp, v, (size_t)ldv * elem_bytes(dt), dt, NULL, alpha, o, ldo,
-              npf);
+              npf, pf);
 }
 
 static void x86_pv_q(int m, int n, int dv, const float *p, int ldp, const void *v, int64_t ldvb,
                      sdpa_dtype dt, const sdpa_qscales *qs, const float *alpha, float *o,
-                     int ldo, int npf) {
-    pv_chunks(1, m, n, dv, p, ldp, v, (size_t)ldvb, dt, qs, alpha, o, ldo, npf);
+                     int ldo, int npf, const void *pf) {
+    pv_chunks(1, m, n, dv, p, ldp, v, (size_t)ldvb, dt, qs, alpha, o, ldo, npf, pf);
 }
