@@ -22,7 +22,7 @@
 #include "../src/internal.h"
 
 /* A suite case: 64-byte-aligned heap buffers, the data stream of seed 1. */
-#define SHAPE(nm, ...) {.name = nm, .c = {.guard = SC_GUARD_NONE, .seed = 1, __VA_ARGS__}}
+#define SHAPE(nm, ...) {.name = nm, .c = {.guard = SC_GUARD_HUGE, .seed = 1, __VA_ARGS__}}
 #define F16_ALL {SDPA_F16, SDPA_F16, SDPA_F16, SDPA_F16}
 #define BF16_ALL {SDPA_BF16, SDPA_BF16, SDPA_BF16, SDPA_BF16}
 /* A shape under bf16 compute (include/sdpa.h, SDPA_COMPUTE_BF16), timed on the best table
@@ -30,17 +30,17 @@
  * the fp32 rows of the same shape. */
 #define BF16C(nm, ...)                                                                     \
     {.name = nm, .best_isa_only = 1,                                                       \
-     .c = {.guard = SC_GUARD_NONE, .seed = 1, .compute = SDPA_COMPUTE_BF16, __VA_ARGS__}}
+     .c = {.guard = SC_GUARD_HUGE, .seed = 1, .compute = SDPA_COMPUTE_BF16, __VA_ARGS__}}
 /* A shape engines run, timed on the best ISA only in the default suite (every ISA in the
  * full one): the suite stays under its budget with them. */
 #define ENGINE(nm, ...)                                                                    \
-    {.name = nm, .best_isa_only = 1, .c = {.guard = SC_GUARD_NONE, .seed = 1, __VA_ARGS__}}
+    {.name = nm, .best_isa_only = 1, .c = {.guard = SC_GUARD_HUGE, .seed = 1, __VA_ARGS__}}
 /* An engine shape only the full suite times: each KV-cache shape of decode-long's size
  * costs the default suite ~3 s of set-up and check (512 MiB of data, a quantizing write,
  * a whole reference call) besides its timed runs. */
 #define ENGINE_FULL(nm, ...)                                                               \
     {.name = nm, .best_isa_only = 1, .full_only = 1,                                       \
-     .c = {.guard = SC_GUARD_NONE, .seed = 1, __VA_ARGS__}}
+     .c = {.guard = SC_GUARD_HUGE, .seed = 1, __VA_ARGS__}}
 
 /* K and V stored as engines keep them (include/sdpa.h, "KV caches"): Q and O fp32 */
 #define KV_I8 {SDPA_F32, SDPA_I8, SDPA_I8, SDPA_F32}

@@ -22,9 +22,11 @@
 extern "C" {
 #endif
 
-/* A named case of the suite. Its buffers are plain 64-byte-aligned memory
- * (SC_GUARD_NONE) and it uses no random length mode (SC_LENS_NONE): the counts below
- * assume that, and so do sdpa-run's cases. */
+/* A named case of the suite. Its buffers have no guard pages; those of 2 MiB and more
+ * are advised onto transparent huge pages (SC_GUARD_HUGE), as README advises engines to
+ * keep a KV cache, so a row's time does not hang on the host's TLB walks over 4 KiB pages
+ * (docs/PERFORMANCE.md, "Paged decode in step"). It uses no random length mode
+ * (SC_LENS_NONE): the counts below assume that, and so do sdpa-run's cases. */
 typedef struct sb_shape {
     const char *name;
     int best_isa_only; /* the default suite times it on the best ISA only */

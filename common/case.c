@@ -127,8 +127,39 @@ static int remember(void *user, void *base, size_t len) {
     return ok;
 }
 
+/* SC_GUARD_HUGE's buffer: bytes rounded up to whole huge pages, at a huge-page boundary
+ * inside a mapping one huge page longer; NULL where the OS has no MADV_HUGEPAGE or the
+ * mapping fails (the caller falls back to the heap). The advice takes effect on first
+ * touch, so nothing is written here; a kernel with THP set to never ignores it. */
+static void *huge_alloc(size_t bytes) {
+#ifdef MADV_HUGEPAGE
+    if (bytes > SIZE_MAX - 2 * SC_HUGE_PAGE)
+        return NULL;
+    const size_t data = (bytes + SC_HUGE_PAGE - 1) / SC_HUGE_PAGE * SC_HUGE_PAGE;
+    const size_t len = data + SC_HUGE_PAGE;
+    char *base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED)
+        return NULL;
+    char *user = base + (SC_HUGE_PAGE - (uintptr_t)base % SC_HUGE_PAGE) % SC_HUGE_PAGE;
+    madvise(user, data, MADV_HUGEPAGE); /* advice: refused, the buffer is still usable */
+    if (!remember(user, base, len)) {
+        munmap(base, len);
+        return NULL;
+    }
+    return user;
+#else
+    (void)bytes;
+    return NULL;
+#endif
+}
+
 void *sc_alloc(size_t bytes, int guard) {
-    if (guard == SC_GUARD_NONE) {
+    if (guard == SC_GUARD_HUGE && bytes >= SC_HUGE_PAGE) {
+        void *p = huge_alloc(bytes);
+        if (p)
+            return p;
+    }
+    if (guard == SC_GUARD_NONE || guard == SC_GUARD_HUGE) {
         void *p = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64 * (bytes == 0));
         if (p && !remember(p, p, 0)) {
             free(p);

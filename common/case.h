@@ -9,7 +9,8 @@
  * tests/fuzz/fuzz_core.c's, which takes its data, buffers and rule from here). It calls
  * only the public API (include/sdpa.h) and shares no code with the library's internals,
  * so a bug there cannot hide in here; its fp16/bf16 conversions are its own for that
- * reason. Plain C11, plus POSIX mmap for guard pages and a mutex around their list.
+ * reason. Plain C11, plus POSIX mmap for guard pages (and Linux madvise for huge pages) and a
+ * mutex around their list.
  * Symbols are prefixed sc_.
  */
 #ifndef SDPA_COMMON_CASE_H
@@ -46,8 +47,14 @@ float sc_load(const void *buf, size_t i, sdpa_dtype t);
 enum {
     SC_GUARD_AFTER = 0,  /* the last byte is followed by an unmapped page */
     SC_GUARD_BEFORE = 1, /* the first byte is preceded by one */
-    SC_GUARD_NONE = 2    /* plain heap memory aligned to 64 bytes (large cases, timing) */
+    SC_GUARD_NONE = 2,   /* plain heap memory aligned to 64 bytes (large cases, timing) */
+    SC_GUARD_HUGE = 3    /* no guard; a buffer of SC_HUGE_PAGE bytes or more starts on a
+                            huge-page boundary and is advised onto transparent huge pages
+                            (Linux madvise MADV_HUGEPAGE; elsewhere, or refused, as NONE):
+                            the timing of a KV cache kept as README advises engines to */
 };
+/* The x86-64 and AArch64 (4 KiB granule) Linux huge page: 2 MiB. */
+#define SC_HUGE_PAGE ((size_t)2 << 20)
 /* bytes of writable memory guarded as asked, or NULL when out of memory. An over-read
  * (or under-read) of a guarded buffer faults. Free with sc_free. Thread-safe. */
 void *sc_alloc(size_t bytes, int guard);

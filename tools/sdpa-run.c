@@ -41,6 +41,7 @@ typedef struct opts {
     int64_t kv_group;   /* channels per scale, 0 = the row; -1 when not given */
     int kv_scale_dtype; /* the scales' sdpa_dtype, or -1 when not given */
     int compute;        /* an sdpa_compute value */
+    int pages;          /* SC_GUARD_HUGE or SC_GUARD_NONE, or -1 when not given */
     int mask;           /* an sdpa_mask_kind; SDPA_MASK_NONE when not given */
     int64_t window[2];  /* L, R; -1 when not given */
     double softcap;     /* 0 when not given */
@@ -74,6 +75,7 @@ static const choice kv_scales[] = {{"row", SC_QS_ROW}, {"head", SC_QS_HEAD},
                                    {"tensor", SC_QS_TENSOR}, {0, 0}};
 static const choice scale_dtypes[] = {{"f32", SDPA_F32}, {"f16", SDPA_F16}, {0, 0}};
 static const choice computes[] = {{"f32", SDPA_COMPUTE_F32}, {"bf16", SDPA_COMPUTE_BF16}, {0, 0}};
+static const choice pagings[] = {{"huge", SC_GUARD_HUGE}, {"heap", SC_GUARD_NONE}, {0, 0}};
 static const choice masks[] = {{"bool", SDPA_MASK_BOOL}, {"float", SDPA_MASK_ADDITIVE}, {0, 0}};
 
 /* The name a value has in a list of choices (the flag's spelling, which --json repeats). */
@@ -134,6 +136,10 @@ static const option_spec options[] = {
     {"compute", ARG_CHOICE, "P", offsetof(opts, compute), 0, 0, computes,
      "precision of the products (default f32): bf16 rounds Q, K,\n"
      "V and P to bf16 and accumulates in fp32 (include/sdpa.h)"},
+    {"pages", ARG_CHOICE, "KIND", offsetof(opts, pages), 0, 0, pagings,
+     "memory of the buffers of 2 MiB and more: huge, advised onto\n"
+     "transparent huge pages as the bench times them (default;\n"
+     "Linux); heap, the C heap's pages"},
     {"window", ARG_PAIR, "L,R", offsetof(opts, window), 0, SDPA_MAX_DIM, NULL,
      "sliding window: row i sees keys d(i)-L .. d(i)+R,\n"
      "d(i) = i + Tkv - Tq (under --top-left: i)"},
@@ -332,7 +338,7 @@ static int set_option(opts *op, const option_spec *o, const char *arg) {
  * usage). */
 static int parse(int argc, char **argv, opts *op) {
     *op = (opts){.dim = {-1, -1, -1, -1, -1, -1, -1}, .dtype = -1, .kv_dtype = -1,
-                 .page_size = -1, .kv_scale = -1, .kv_group = -1, .kv_scale_dtype = -1,
+                 .page_size = -1, .pages = -1, .kv_scale = -1, .kv_group = -1, .kv_scale_dtype = -1,
                  .window = {-1, -1}, .repeat = 5};
     struct option longopts[NOPTIONS + 1];
     for (int i = 0; i < NOPTIONS; i++)
@@ -535,7 +541,7 @@ static int make_case(const opts *op, sc_case *c, const char **name, int64_t **kv
     int status;
     const sb_shape *preset = op->shape ? sb_find_shape(op->shape) : NULL;
     *c = preset ? preset->c
-                : (sc_case){.B = 1, .Hq = 8, .Tq = 512, .Dk = 64, .guard = SC_GUARD_NONE,
+                : (sc_case){.B = 1, .Hq = 8, .Tq = 512, .Dk = 64, .guard = SC_GUARD_HUGE,
                             .seed = 1};
     *name = preset ? preset->name : "custom";
     *kv_lens = NULL;
@@ -571,6 +577,8 @@ static int make_case(const opts *op, sc_case *c, const char **name, int64_t **kv
         c->page = op->page_size;
         changed = 1;
     }
+    if (op->pages >= 0) /* where the buffers live, not the shape: the name stays */
+        c->guard = op->pages;
     if (op->kv_scale >= 0 || op->kv_group >= 0 || op->kv_scale_dtype >= 0) {
         if (op->kv_scale >= 0)
             c->qscale = op->kv_scale;
