@@ -169,6 +169,20 @@ typedef struct sdpa_kernels {
                  sdpa_dtype dt, const sdpa_qscales *sc, const float *alpha, float *o, int ldo,
                  int npf, const void *pf);
 
+    /* ---- rows at addresses (optional: NULL in a table without them) -----------------
+     * qk_rows and pv on n rows that lie anywhere: row j of K (V) at k[j] (v[j]), stored as
+     * dt (SDPA_F32, SDPA_F16 or SDPA_BF16), caller memory. The results are bit for bit
+     * those of this table's qk_rows (pv) on the same rows at one stride, so a driver may
+     * hand a paged cache's block, whose pages lie anywhere in the pool, to one call
+     * instead of one call per page. Entries n .. n + npf - 1 of the array are the rows
+     * the driver hands the next call (decode's stream goes on there): their addresses
+     * are read, the rows only prefetched (up to the kernel's prefetch distance), as pf
+     * == NULL's rows past n above. */
+    void (*qk_rows_at)(int m, int n, int dk, float scale, const float *q, int ldq,
+                       const void *const *k, sdpa_dtype dt, float *s, int lds, int npf);
+    void (*pv_at)(int m, int n, int dv, const float *p, int ldp, const void *const *v,
+                  sdpa_dtype dt, const float *alpha, float *o, int ldo, int npf);
+
     /* ---- bf16 compute (SDPA_COMPUTE_BF16, include/sdpa.h) ----------------------------
      * Set by the tables whose registry row computes the mode (src/dispatch.c), NULL in
      * the others. Operands enter the products as bf16 (fp32 and f16 rounded to nearest
@@ -211,7 +225,7 @@ typedef struct sdpa_kernels {
 
 /* Number of function pointers in a table; the registry (src/dispatch.c) checks that each
  * composed table sets every one its modes need. */
-#define SDPA_KERNELS_NFUNCS 14
+#define SDPA_KERNELS_NFUNCS 16
 _Static_assert(sizeof(sdpa_kernels) ==
                    offsetof(sdpa_kernels, pack_k) + SDPA_KERNELS_NFUNCS * sizeof(void (*)(void)),
                "SDPA_KERNELS_NFUNCS must count the function pointers of sdpa_kernels");

@@ -328,6 +328,8 @@ static void overlay(sdpa_kernels *dst, const sdpa_kernels *src) {
     TAKE(dequant)
     TAKE(qk_rows_q)
     TAKE(pv_q)
+    TAKE(qk_rows_at)
+    TAKE(pv_at)
     TAKE(pack_q_bf16)
     TAKE(pack_k_bf16)
     TAKE(qk_bf16)
@@ -337,21 +339,24 @@ static void overlay(sdpa_kernels *dst, const sdpa_kernels *src) {
 }
 
 /* A composed table is complete when every fp32 entry is set (qk_rows_q and pv_q are
- * optional: without them the driver dequantizes into scratch) and its dedicated bf16
+ * optional: without them the driver dequantizes into scratch; so are qk_rows_at and
+ * pv_at: without them it calls qk_rows and pv page by page) and its dedicated bf16
  * tiles are all set or all absent (then the driver computes SDPA_COMPUTE_BF16 with the
  * fp32 tiles on operands rounded to bf16: exact products of bf16 values are exact in
  * fp32, so the mode's arithmetic is the same). A packing function and the kernel that
  * reads what it packed come from the same row (the layout is private to the table that
- * packs), and so do qk_rows_q and qk_rows, pv_q and pv (the fused kernels promise the
- * bits of their row's unfused pair). */
+ * packs), and so do qk_rows_q, qk_rows_at and qk_rows, pv_q, pv_at and pv (the fused and
+ * the addressed kernels promise the bits of their row's plain pair). */
 static int complete(const sdpa_kernels *k, const sdpa_kernels *own) {
-    _Static_assert(SDPA_KERNELS_NFUNCS == 14, "complete() must check every entry");
+    _Static_assert(SDPA_KERNELS_NFUNCS == 16, "complete() must check every entry");
     const int pairs = own == NULL || ((own->pack_k == NULL) == (own->qk == NULL) &&
                                       (own->pack_q_bf16 == NULL) == (own->qk_bf16 == NULL) &&
                                       (own->pack_k_bf16 == NULL) == (own->qk_bf16 == NULL) &&
                                       (own->pack_v_bf16 == NULL) == (own->pv_bf16 == NULL) &&
                                       (own->qk_rows_q == NULL || own->qk_rows != NULL) &&
-                                      (own->pv_q == NULL || own->pv != NULL));
+                                      (own->pv_q == NULL || own->pv != NULL) &&
+                                      (own->qk_rows_at == NULL || own->qk_rows != NULL) &&
+                                      (own->pv_at == NULL || own->pv != NULL));
     const int f32 = k->br > 0 && k->bc > 0 && k->kp_align > 0 && k->pack_k && k->qk &&
                     k->qk_rows && k->softmax && k->pv && k->vexp && k->dequant;
     const int nb = !!k->pack_q_bf16 + !!k->pack_k_bf16 + !!k->qk_bf16 + !!k->pack_v_bf16 +
@@ -365,7 +370,7 @@ static int complete(const sdpa_kernels *k, const sdpa_kernels *own) {
 static unsigned own_modes(const sdpa_kernels *t) {
     unsigned m = 0;
     if (t->pack_k || t->qk || t->qk_rows || t->softmax || t->pv || t->vexp || t->dequant ||
-        t->qk_rows_q || t->pv_q)
+        t->qk_rows_q || t->pv_q || t->qk_rows_at || t->pv_at)
         m |= F32;
     if (t->pack_q_bf16 || t->pack_k_bf16 || t->qk_bf16 || t->pack_v_bf16 || t->pv_bf16)
         m |= BF16;

@@ -56,6 +56,9 @@ struct sdpa_plan {
     int k_in_place;       /* QK^T by qk_rows on K in place, not pack_k + qk */
     int kq_fused, vq_fused; /* quantized K (V) of decode runs read by qk_rows_q (pv_q),
                                not dequantized into scratch (kvcache.c, kv_fused) */
+    int k_at, v_at;       /* paged f32/f16/bf16 K of decode (V of every unmasked block)
+                             read a block per call by qk_rows_at (pv_at) through the
+                             row addresses kv_rows_at lists, not page by page */
     int bf16;             /* SDPA_COMPUTE_BF16: Q, K, V and P enter the products as bf16 */
     int bf16_tiles;       /* ... through the table's bf16 tiles (pack_k_bf16 + qk_bf16,
                              pack_v_bf16 + pv_bf16), not the fp32 ones on rounded operands */
@@ -88,6 +91,8 @@ typedef struct scratch {
     float *kg, *vg;           /* paged or quantized K / V: a block of rows gathered as
                                  stored, or dequantized to fp32 (kvcache.c) */
     float *qsc;               /* one quantized row's scales, fp32 */
+    const void **kat, **vat;  /* k_at / v_at: a block's row addresses and the stream's
+                                 next KV_AT_AHEAD_MAX (kv_rows_at) */
     float *m, *l, *alpha, *tmp;
     float *wts;            /* nchunks floats: the merge's coefficients */
     float *lses;           /* nchunks floats: one row's partial lse values */
@@ -210,6 +215,15 @@ int kv_pages_in_step(const plan *pl, int which);
 const char *kv_page_ahead(const plan *pl, const rows *it, int which, int64_t j, int64_t end,
                           int *n);
 vrows kv_block(const plan *pl, const rows *it, const scratch *w, int which, int64_t j0, int n);
+/* Most rows past a block whose addresses kv_rows_at lists for qk_rows_at / pv_at to
+ * prefetch: the kernels' distance (SDPA_PREFETCH_AHEAD) is 17 rows of fp32 at D = 128 and
+ * 33 of f16 on an L2-prefetching core; shorter rows are prefetched fewer rows ahead. */
+#define KV_AT_AHEAD_MAX 64
+/* The addresses of rows [j0, j0 + n) of K (which 0) or V (1) of the item's head, and of
+ * the next of the unit's rows up to end (at most KV_AT_AHEAD_MAX and the kernels'
+ * prefetch distance), into at; returns how many follow the n (the kernels' npf). */
+int kv_rows_at(const plan *pl, const rows *it, int which, int64_t j0, int n, int64_t end,
+               const void **at);
 
 /* ---- finalize.c ---- */
 

@@ -90,6 +90,8 @@ static size_t scratch_layout(const plan *pl, char *base, scratch *w) {
     CARVE(kg, float, kg);
     CARVE(vg, float, vg);
     CARVE(qsc, float, quant ? (size_t)max64(p->Dk, p->Dv) : 0);
+    CARVE(kat, const void *, pl->k_at ? bc + KV_AT_AHEAD_MAX : 0);
+    CARVE(vat, const void *, pl->v_at ? bc + KV_AT_AHEAD_MAX : 0);
     CARVE(s, float, br * (size_t)pl->lds);
     CARVE(o, float, br * (size_t)pl->ldo);
     CARVE(m, float, br);
@@ -147,6 +149,10 @@ void plan_init(plan *pl, const sdpa_kernels *kt, const sdpa_problem *p, int mode
     pl->bf16_tiles = pl->bf16 && kt->qk_bf16 != NULL && !pl->k_in_place;
     pl->kq_fused = kv_fused(pl, 0);
     pl->vq_fused = pl->mode == PLAN_FORWARD && kv_fused(pl, 1);
+    pl->k_at = p->pages.block_table && !sdpa_dtype_quantized(p->kt) && kt->qk_rows_at &&
+               pl->k_in_place && !pl->bf16;
+    pl->v_at = p->pages.block_table && !sdpa_dtype_quantized(p->vt) && kt->pv_at &&
+               pl->mode == PLAN_FORWARD && !pl->bf16;
     pl->ldqb = (int)round_up((size_t)p->Dk, 32);
     /* S holds a block padded to the packing's key multiple */
     size_t scols = round_up((size_t)kt->bc, (size_t)kt->kp_align);

@@ -119,6 +119,30 @@ static void prefetch_head(const char *base, int64_t ld, int n, size_t bytes) {
         }
 }
 
+/* k_at / v_at: the addresses of the n rows of the block at key j0 of K (which 0) or V (1)
+ * and of the npf rows of the unit after it, into at (kv_rows_at), the count of the latter
+ * returned; cold (nothing streamed into the block), the rows at the head of the block are
+ * asked for at once, as prefetch_head does for a contiguous block. */
+static int rows_at(const plan *pl, const rows *it, int which, int64_t j0, int n, int npf,
+                   int cold, const void **at) {
+    __asm__ volatile(""); /* keeps the prefetches: see kvcache.c, kv_prefetch_run */
+    const int nat = kv_rows_at(pl, it, which, j0, n, j0 + n + npf, at);
+    if (cold) {
+        const sdpa_problem *p = &pl->p;
+        const size_t bytes =
+            (size_t)((which ? p->Dv : p->Dk) * sdpa_kv_bits(which ? p->vt : p->kt) / 8);
+        const int nr = (int)min64(n, (int64_t)(SDPA_PREFETCH_AHEAD / bytes) + 1);
+        for (int j = 0; j < nr; j++)
+            for (size_t off = 0; off < bytes; off += 64) { /* as prefetch_head */
+                if (sdpa_prefetch_l1)
+                    __builtin_prefetch((const char *)at[j] + off, 0, 3);
+                else
+                    __builtin_prefetch((const char *)at[j] + off, 0, 2);
+            }
+    }
+    return nat;
+}
+
 /* The prefetches around run [j, j + len) of a block [j0, j0 + n) of K (which 0) or V (1)
  * read run by run (paged or quantized), npf keys of the unit after the block: a paged
  * cache whose pages are short against the prefetch distance, read in place, is streamed
@@ -164,6 +188,12 @@ static int block_scores(const plan *pl, const rows *it, const scratch *w, const 
     const sdpa_problem *p = &pl->p;
     const sdpa_kernels *kt = pl->kt;
     float *s = w->s + (size_t)ra * (size_t)pl->lds;
+    if (kv == NULL && pl->k_at) { /* paged: the block in one call, its rows' addresses */
+        const int nat = rows_at(pl, it, 0, j0, n, npf, !warm, w->kat);
+        kt->qk_rows_at(rb - ra, n, (int)p->Dk, p->scale, w->q + (size_t)ra * (size_t)pl->ldq,
+                       pl->ldq, w->kat, p->kt, s, pl->lds, nat);
+        return nat > 0;
+    }
     if (kv == NULL) { /* paged or quantized K on qk_rows: run by run (kvcache.c) */
         const float *q = w->q + (size_t)ra * (size_t)pl->ldq;
         int streamed = 0;
@@ -232,6 +262,12 @@ static int block_pv(const plan *pl, const rows *it, const scratch *w, int ra, in
     const sdpa_problem *p = &pl->p;
     const int Dv = (int)p->Dv;
     float *s = w->s + (size_t)ra * (size_t)pl->lds;
+    if (v == NULL && pl->v_at) { /* paged, nothing masked: as block_scores' k_at */
+        const int nat = rows_at(pl, it, 1, j0, n, npf, 0, w->vat);
+        pl->kt->pv_at(rb - ra, n, Dv, s, pl->lds, w->vat, p->vt, w->alpha + ra,
+                      w->o + (size_t)ra * (size_t)pl->ldo, pl->ldo, nat);
+        return nat > 0;
+    }
     if (v == NULL) { /* paged or quantized V, nothing masked: run by run (kvcache.c) */
         int streamed = 0;
         for (int64_t j = j0; j < j0 + n;) {
@@ -383,8 +419,11 @@ void run_keys(const plan *pl, const rows *it, const scratch *w, int64_t ja, int6
              * passes, multiplied by 0) and would overflow here, so it is not used */
             if (!vahead)
                 prefetch_head(v.v, n > 1 ? p->vs[2] * (int64_t)ves : 0, n, (size_t)Dv * ves);
-        } else if (vseg && !vahead) { /* the first run of V, as prefetch_head: before QK^T */
-            kv_prefetch_run(pl, it, 1, j0, j1);
+        } else if (vseg && !vahead) { /* the first rows of V, as prefetch_head: before QK^T */
+            if (pl->v_at)
+                rows_at(pl, it, 1, j0, n, npf, 1, w->vat);
+            else
+                kv_prefetch_run(pl, it, 1, j0, j1);
         }
         const vrows k = kin    ? (vrows){kbase + (size_t)(j0 * p->ks[2]) * kes, p->ks[2], p->kt}
                         : kseg ? (vrows){NULL, 0, SDPA_F32}

@@ -257,7 +257,7 @@ static void fused_quantized(void) {
         return;
     static const sdpa_dtype dts[] = {SDPA_I8, SDPA_FP8_E4M3, SDPA_FP8_E5M2, SDPA_I4};
     static const int dims[] = {8, 24, 64, 80, 128, 256}, ms[] = {1, 4, 8, 11, 3, 6},
-                     ns[] = {1, 5, 64, 17, 2};
+                     ns[] = {1, 5, 64, 17, 2, 300};
     uint64_t st = 777;
     int cases = 0;
     for (int d = 0; d < N(dts); d++)

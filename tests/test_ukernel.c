@@ -86,6 +86,34 @@ static void *caller_rows(int rows, int width, int64_t ld, sdpa_dtype dt, float *
     return buf;
 }
 
+/* The n rows of width elements at src (ld apart, stored as dt) copied into one guarded
+ * buffer (*buf) in shuffled order, each in a slot of width + 3 elements, and the array
+ * of their addresses (malloc) that qk_rows_at and pv_at read: row j's at [j], then npf
+ * more entries (the next call's rows, prefetched only), the rows again from the first. */
+static const void **scattered_rows(int n, int width, const void *src, int64_t ld,
+                                   sdpa_dtype dt, int npf, char **buf) {
+    const size_t es = dtype_bytes(dt), slot = (size_t)(width + 3) * es;
+    *buf = th_alloc((size_t)n * slot, SC_GUARD_AFTER);
+    int *perm = malloc((size_t)n * sizeof(int));
+    const void **at = malloc((size_t)(n + npf) * sizeof(void *));
+    for (int j = 0; j < n; j++)
+        perm[j] = j;
+    for (int j = n - 1; j > 0; j--) {
+        const int i = (int)(sc_rand_u64(&rng) % (uint64_t)(j + 1)), t = perm[j];
+        perm[j] = perm[i];
+        perm[i] = t;
+    }
+    for (int j = 0; j < n; j++) {
+        memcpy(*buf + (size_t)perm[j] * slot, (const char *)src + (size_t)((int64_t)j * ld) * es,
+               (size_t)width * es);
+        at[j] = *buf + (size_t)perm[j] * slot;
+    }
+    for (int j = 0; j < npf; j++)
+        at[n + j] = at[j % n];
+    free(perm);
+    return at;
+}
+
 /* Sizes around a tile or vector edge, below limit, deduplicated, ascending. */
 static int edge_sizes(int limit, int *out) {
     static const int base[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 15, 16, 17, 23, 24,
@@ -212,6 +240,21 @@ static void check_qk_rows(int m, int n, int dk, int64_t ldk, sdpa_dtype dt, floa
     if (m > 1)
         kt->qk_rows(m - 1, n, dk, scale, q + ldq, ldq, k, ldk, dt, s2 + lds, lds,
                     n % 3 ? 0 : n, n % 3 ? NULL : k);
+    /* qk_rows_at on the same rows scattered: the same bits as qk_rows */
+    int at_bits = 0;
+    if (kt->qk_rows_at) {
+        char *kbuf;
+        const int npf = n % 2 ? 0 : 64;
+        const void **at = scattered_rows(n, dk, k, ldk, dt, npf, &kbuf);
+        float *s3 = scratch_alloc(sn);
+        kt->qk_rows_at(m, n, dk, scale, q, ldq, at, dt, s3, lds, npf);
+        for (size_t e = 0; e < sn; e++)
+            at_bits |= sdpa_bits_from_f32(s3[e]) != sdpa_bits_from_f32(s[e]);
+        at_bits |= !guards_intact(s3, sn);
+        scratch_free(s3);
+        sc_free(kbuf);
+        free(at);
+    }
 
     double worst = 0;
     int bad = 0, spill = 0, band = 0;
@@ -249,6 +292,8 @@ static void check_qk_rows(int m, int n, int dk, int64_t ldk, sdpa_dtype dt, floa
           kt->name, m, n, dk, (long long)ldk, dtype_name(dt), worst);
     CHECK(!spill, "%s qk_rows m=%d n=%d dk=%d %s: wrote outside S[m][n]", kt->name, m, n, dk,
           dtype_name(dt));
+    CHECK(!at_bits, "%s qk_rows_at m=%d n=%d dk=%d %s: not qk_rows' bits on the same rows",
+          kt->name, m, n, dk, dtype_name(dt));
     CHECK(!band,
           "%s qk_rows m=%d n=%d dk=%d %s: a row's scores change with the rows sharing the call",
           kt->name, m, n, dk, dtype_name(dt));
@@ -464,6 +509,23 @@ static void check_pv(int m, int n, int dv, int64_t ldv, sdpa_dtype dt, int resca
     const int step = n % 2 == 0 && n % 3 == 0;
     kt->pv(m, n, dv, p, ldp, v, ldv, dt, rescale ? alpha : NULL, o, ldo,
            step ? n : n % 2 ? 4096 : 0, step ? v : NULL);
+    /* pv_at on the same rows scattered, from the same O: the same bits as pv */
+    int at_bits = 0;
+    if (kt->pv_at) {
+        char *vbuf;
+        const int npf = n % 2 ? 64 : 0;
+        const void **at = scattered_rows(n, dv, v, ldv, dt, npf, &vbuf);
+        const size_t on = (size_t)m * (size_t)ldo;
+        float *o3 = scratch_alloc(on);
+        memcpy(o3, o0, on * sizeof(float));
+        kt->pv_at(m, n, dv, p, ldp, at, dt, rescale ? alpha : NULL, o3, ldo, npf);
+        for (size_t e = 0; e < on; e++)
+            at_bits |= sdpa_bits_from_f32(o3[e]) != sdpa_bits_from_f32(o[e]);
+        at_bits |= !guards_intact(o3, on);
+        scratch_free(o3);
+        sc_free(vbuf);
+        free(at);
+    }
 
     int bad = 0, spill = 0;
     for (int r = 0; r < m; r++)
@@ -486,6 +548,8 @@ static void check_pv(int m, int n, int dv, int64_t ldv, sdpa_dtype dt, int resca
         }
     CHECK(!bad, "%s pv m=%d n=%d dv=%d ldv=%lld %s alpha=%s: an element is off", kt->name, m,
           n, dv, (long long)ldv, dtype_name(dt), rescale ? "yes" : "NULL");
+    CHECK(!at_bits, "%s pv_at m=%d n=%d dv=%d %s alpha=%s: not pv's bits on the same rows",
+          kt->name, m, n, dv, dtype_name(dt), rescale ? "yes" : "NULL");
     CHECK(!spill && guards_intact(o, (size_t)m * (size_t)ldo) && guards_intact(alpha, (size_t)m) &&
               guards_intact(p, (size_t)m * (size_t)ldp),
           "%s pv m=%d n=%d dv=%d: wrote outside O[m][dv]", kt->name, m, n, dv);
@@ -525,6 +589,15 @@ static void test_pv(void) {
         for (int a = 0; a < N(dvs); a++)
             check_pv(kt->br < 5 ? kt->br : 5, kt->bc, dvs[a], dvs[a] + 3, dts[t], 1);
     }
+    /* more keys than a span of the chunk's V (PV_SPAN_BYTES on x86: 32 fp32 rows of
+     * Dv = 128, 64 of f16) for rows in more than one tile, and for one */
+    static const sdpa_dtype all[] = {SDPA_F32, SDPA_F16, SDPA_BF16};
+    static const int span_m[] = {1, 3, 4, 5, 8}, span_n[] = {65, 129, 200};
+    for (int t = 0; t < N(all); t++)
+        for (int i = 0; i < N(span_m); i++)
+            for (int j = 0; j < N(span_n); j++)
+                check_pv(span_m[i], span_n[j], 128 + 16 * (j & 1), 128 + 16 * (j & 1) + i,
+                         all[t], (i + j) & 1);
 }
 
 /* ---- bf16 compute: pack_k_bf16 + qk_bf16, pack_v_bf16 + pv_bf16, pack_q_bf16 ------ */

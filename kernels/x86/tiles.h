@@ -371,7 +371,9 @@ ALWAYS_INLINE void qkr_keys(const int R, const int NK, const sdpa_dtype dt, int 
  * vectors into its VL scores in key order, scaled and stored (masked in the tail strip,
  * whose missing keys are zero vectors, never read). A score is one FMA chain over dk
  * then the fixed tree, whatever R and whichever key shares its loads, so a row's bits
- * do not depend on the other rows of the call.
+ * do not depend on the other rows of the call. Where kat is not NULL (qk_rows_at) row j
+ * is at kat[j] instead of k + j ldkb (the same arithmetic, so the same bits), and the
+ * rows ahead are prefetched at kat[j + ahead].
  * Memory order: in decode K streams from DRAM, and this loop is what keeps it streaming.
  * Keys are read a pair of adjacent rows at a time, each from start to end (the order
  * the hardware prefetchers follow; reading slice-major, the first lines of VL rows, then
@@ -385,7 +387,7 @@ ALWAYS_INLINE void qkr_keys(const int R, const int NK, const sdpa_dtype dt, int 
 ALWAYS_INLINE void qkr_rows(const int R, const sdpa_dtype dt, int n, int dk, float scale,
                             const float *q, int ldq, const void *k, size_t ldkb,
                             const char *sc, int64_t ldscb, int f16, int group, float *s,
-                            int lds, int npf, const char *pf) {
+                            int lds, int npf, const char *pf, const char *const *kat) {
     const size_t rowb = dt_bytes(dt, (size_t)dk);
     const int ahead = (int)(SDPA_PREFETCH_AHEAD / rowb) + 1;
     const int pfend = n + min_int(npf, ahead); /* rows below it may be prefetched */
@@ -393,21 +395,25 @@ ALWAYS_INLINE void qkr_rows(const int R, const sdpa_dtype dt, int n, int dk, flo
     vf t[QKR_ROWS_MAX * VL];
     for (int j0 = 0; j0 < n; j0 += VL) {
         const int nk = min_int(VL, n - j0);
-        const char *ks = (const char *)k + (size_t)j0 * ldkb;
+        const char *ks = kat ? NULL : (const char *)k + (size_t)j0 * ldkb;
         int jj = 0;
         for (; jj + 2 <= nk; jj += 2) {
             if (pf) /* a paged cache: the run the driver names, in step */
                 for (int pj = j0 + jj; pj < j0 + jj + 2 && pj < npf; pj++)
                     prefetch_row(pf + (size_t)pj * ldkb, rowb);
+            else if (kat)
+                for (int pj = j0 + jj + ahead; pj < j0 + jj + ahead + 2 && pj < pfend; pj++)
+                    prefetch_row(kat[pj], rowb);
             else
                 for (int pj = jj + ahead; pj < jj + ahead + 2 && j0 + pj < pfend; pj++)
                     prefetch_row(ks + (size_t)pj * ldkb, rowb);
             const char *sj = dt_quant(dt) ? sc + (int64_t)(j0 + jj) * ldscb : NULL;
-            qkr_keys(R, 2, dt, dk, q, ldq, ks + (size_t)jj * ldkb, ks + (size_t)(jj + 1) * ldkb,
-                     sj, dt_quant(dt) ? sj + ldscb : NULL, f16, group, t + jj);
+            qkr_keys(R, 2, dt, dk, q, ldq, kat ? kat[j0 + jj] : ks + (size_t)jj * ldkb,
+                     kat ? kat[j0 + jj + 1] : ks + (size_t)(jj + 1) * ldkb, sj,
+                     dt_quant(dt) ? sj + ldscb : NULL, f16, group, t + jj);
         }
         if (jj < nk)
-            qkr_keys(R, 1, dt, dk, q, ldq, ks + (size_t)jj * ldkb, NULL,
+            qkr_keys(R, 1, dt, dk, q, ldq, kat ? kat[j0 + jj] : ks + (size_t)jj * ldkb, NULL,
                      dt_quant(dt) ? sc + (int64_t)(j0 + jj) * ldscb : NULL, NULL, f16, group,
                      t + jj);
         for (jj += jj < nk; jj < VL; jj++)
@@ -423,11 +429,11 @@ ALWAYS_INLINE void qkr_rows(const int R, const sdpa_dtype dt, int n, int dk, flo
 
 /* qkr_rows with the storage type as a constant (the types kernels/ukernel.h lets
  * qk_rows and qk_rows_q read). */
-#define QKR_DT(DT) qkr_rows(R, DT, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf, pf)
+#define QKR_DT(DT) qkr_rows(R, DT, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf, pf, kat)
 ALWAYS_INLINE void qkr_rows_dt(const int R, sdpa_dtype dt, int n, int dk, float scale,
                                const float *q, int ldq, const void *k, size_t ldkb,
                                const char *sc, int64_t ldscb, int f16, int group, float *s,
-                               int lds, int npf, const char *pf) {
+                               int lds, int npf, const char *pf, const char *const *kat) {
     switch (dt) {
     case SDPA_F16: QKR_DT(SDPA_F16); return;
     case SDPA_BF16: QKR_DT(SDPA_BF16); return;
@@ -444,8 +450,8 @@ ALWAYS_INLINE void qkr_rows_dt(const int R, sdpa_dtype dt, int n, int dk, float 
 #define QKR_ARGS                                                                             \
     int n, int dk, float scale, const float *q, int ldq, const void *k, size_t ldkb,         \
         sdpa_dtype dt, const char *sc, int64_t ldscb, int f16, int group, float *s, int lds, \
-        int npf, const char *pf
-#define QKR_CALL n, dk, scale, q, ldq, k, ldkb, dt, sc, ldscb, f16, group, s, lds, npf, pf
+        int npf, const char *pf, const char *const *kat
+#define QKR_CALL n, dk, scale, q, ldq, k, ldkb, dt, sc, ldscb, f16, group, s, lds, npf, pf, kat
 
 /* The qk_rows register tiles, one function per row count: qkr_Rrows holds 2 R
  * accumulators (R rows x the 2 keys that share each Q slice) + 2 K slices + 1 Q slice,
@@ -454,22 +460,22 @@ ALWAYS_INLINE void qkr_rows_dt(const int R, sdpa_dtype dt, int n, int dk, float 
  * Each row count is its own function rather than an arm of one switch function: in
  * decode, where each pass over a block is short and K streams from DRAM, the switch
  * form measured slower (docs/PERFORMANCE.md, "Kernel measurements"). */
-TILE void qkr_1row(QKR_ARGS) { qkr_rows_dt(1, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf, pf); }
-TILE void qkr_2rows(QKR_ARGS) { qkr_rows_dt(2, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf, pf); }
-TILE void qkr_3rows(QKR_ARGS) { qkr_rows_dt(3, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf, pf); }
-TILE void qkr_4rows(QKR_ARGS) { qkr_rows_dt(4, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf, pf); }
-TILE void qkr_5rows(QKR_ARGS) { qkr_rows_dt(5, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf, pf); }
-TILE void qkr_6rows(QKR_ARGS) { qkr_rows_dt(6, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf, pf); }
-TILE void qkr_7rows(QKR_ARGS) { qkr_rows_dt(7, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf, pf); }
-TILE void qkr_8rows(QKR_ARGS) { qkr_rows_dt(8, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf, pf); }
+TILE void qkr_1row(QKR_ARGS) { qkr_rows_dt(1, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf, pf, kat); }
+TILE void qkr_2rows(QKR_ARGS) { qkr_rows_dt(2, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf, pf, kat); }
+TILE void qkr_3rows(QKR_ARGS) { qkr_rows_dt(3, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf, pf, kat); }
+TILE void qkr_4rows(QKR_ARGS) { qkr_rows_dt(4, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf, pf, kat); }
+TILE void qkr_5rows(QKR_ARGS) { qkr_rows_dt(5, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf, pf, kat); }
+TILE void qkr_6rows(QKR_ARGS) { qkr_rows_dt(6, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf, pf, kat); }
+TILE void qkr_7rows(QKR_ARGS) { qkr_rows_dt(7, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf, pf, kat); }
+TILE void qkr_8rows(QKR_ARGS) { qkr_rows_dt(8, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf, pf, kat); }
 
-/* The contract's qk_rows_q in passes of QKR_MR rows (the including ISA's), the last
- * pass with the rest; each pass reads K once. The rows of a pass, min(QKR_MR, rows
- * left), are 1..QKR_MR, and an arm above QKR_MR is dead code, so the default cannot be
- * reached. */
-static void x86_qk_rows_q(int m, int n, int dk, float scale, const float *q0, int ldq,
-                          const void *k, int64_t ldkb_, sdpa_dtype dt, const sdpa_qscales *qs,
-                          float *s0, int lds, int npf, const void *pfv) {
+/* qk_rows_q, qk_rows and qk_rows_at in passes of QKR_MR rows (the including ISA's), the
+ * last pass with the rest; each pass reads K once (rows ldkb bytes apart from k, or at
+ * kat[j]). The rows of a pass, min(QKR_MR, rows left), are 1..QKR_MR, and an arm above
+ * QKR_MR is dead code, so the default cannot be reached. */
+static void qkr_passes(int m, int n, int dk, float scale, const float *q0, int ldq,
+                       const void *k, int64_t ldkb_, sdpa_dtype dt, const sdpa_qscales *qs,
+                       float *s0, int lds, int npf, const void *pfv, const char *const *kat) {
     const size_t ldkb = (size_t)ldkb_;
     const char *pf = (const char *)pfv;
     const int f16 = qs && qs->dt == SDPA_F16, group = qs ? qs->group : dk;
@@ -492,12 +498,26 @@ static void x86_qk_rows_q(int m, int n, int dk, float scale, const float *q0, in
     }
 }
 
+/* The contract's qk_rows_q. */
+static void x86_qk_rows_q(int m, int n, int dk, float scale, const float *q, int ldq,
+                          const void *k, int64_t ldkb, sdpa_dtype dt, const sdpa_qscales *qs,
+                          float *s, int lds, int npf, const void *pf) {
+    qkr_passes(m, n, dk, scale, q, ldq, k, ldkb, dt, qs, s, lds, npf, pf, NULL);
+}
+
 /* The contract's qk_rows: the same tiles on rows stored as f32/f16/bf16 (no scales). */
 static void x86_qk_rows(int m, int n, int dk, float scale, const float *q, int ldq,
                         const void *k, int64_t ldk, sdpa_dtype dt, float *s, int lds, int npf,
                         const void *pf) {
-    x86_qk_rows_q(m, n, dk, scale, q, ldq, k, ldk * (int64_t)elem_bytes(dt), dt, NULL, s, lds,
-                  npf, pf);
+    qkr_passes(m, n, dk, scale, q, ldq, k, ldk * (int64_t)elem_bytes(dt), dt, NULL, s, lds,
+               npf, pf, NULL);
+}
+
+/* The contract's qk_rows_at: the same tiles on rows at addresses. */
+static void x86_qk_rows_at(int m, int n, int dk, float scale, const float *q, int ldq,
+                           const void *const *k, sdpa_dtype dt, float *s, int lds, int npf) {
+    qkr_passes(m, n, dk, scale, q, ldq, NULL, 0, dt, NULL, s, lds, npf, NULL,
+               (const char *const *)k);
 }
 
 /* ---- softmax -------------------------------------------------------------------- */
@@ -588,6 +608,10 @@ typedef struct {
                           * row j < pfn: a paged cache's run the driver names */
     int pfn;
     size_t pfb;          /* ... this many bytes of each, where PV_PF_WHOLE_ROWS */
+    int span;            /* keys per pass of all row tiles, where more than one */
+    const char *const *vat; /* or, where not NULL (pv_at), V's row j at vat[j] + voff, the
+                             * chunk's first column; rows past n prefetched as above */
+    size_t voff;
     const char *sc;      /* a quantized V (pv_q): key j's scales at sc + j ldscb bytes, */
     int64_t ldscb;
     int f16;             /* binary16 where f16, else fp32, ... */
@@ -633,12 +657,12 @@ ALWAYS_INLINE void pv_tile(const int MRMAX, const int MR, const int NV, const in
             acc[k] = acc[k] * v_set1(alpha[k / NV]);
     }
     for (int j = 0; j < n; j++) {
-        const char *vj = v + (size_t)j * ldvb;
+        const char *vj = a->vat ? a->vat[j] + a->voff : v + (size_t)j * ldvb;
         if (a->pfrun) {
             if (pf > 0 && j < a->pfn)
                 prefetch_row(a->pfrun + (size_t)j * ldvb, pfb);
         } else if (pf > 0 && j + pf < a->pfend) {
-            prefetch_row(vj + (size_t)pf * ldvb, pfb);
+            prefetch_row(a->vat ? a->vat[j + pf] + a->voff : vj + (size_t)pf * ldvb, pfb);
         }
         const char *sj = dt_quant(dt) ? a->sc + (int64_t)j * a->ldscb : NULL;
         UNROLL_FULL
@@ -699,12 +723,12 @@ ALWAYS_INLINE void pv_tile_dt(const int MRMAX, const int MR, const int NV, const
     pv_tile_q(MRMAX, MR, NV, 0, QUANT, a, p, alpha, o, last, pf);
 }
 
-/* All m rows of a chunk in tiles of MR rows by NV vectors, the last tile with the rows
+/* All m rows of a chunk (or of a span of its keys) in tiles of MR rows by NV vectors, the last tile with the rows
  * left: min(MR, rows left) is 1..MR, so the default cannot be reached. Where
  * PV_PF_WHOLE_ROWS only the first tile prefetches, whole rows (a->pfb), so the others
  * find them in cache; otherwise each prefetches its own columns. */
-ALWAYS_INLINE void pv_row_tiles(const int MR, const int NV, const int QUANT,
-                                const pv_chunk_args *a) {
+ALWAYS_INLINE void pv_span_tiles(const int MR, const int NV, const int QUANT,
+                                 const pv_chunk_args *a) {
     const vtail last = v_tail(a->lastw);
     for (int r0 = 0; r0 < a->m; r0 += MR) {
         const float *p = a->p + (size_t)r0 * (size_t)a->ldp;
@@ -726,6 +750,38 @@ ALWAYS_INLINE void pv_row_tiles(const int MR, const int NV, const int QUANT,
         case 12: pv_tile_dt(MR, 12, NV, QUANT, a, p, alpha, o, last, pf); continue;
         default: __builtin_unreachable();
         }
+    }
+}
+
+/* The chunk's keys [j0, j0 + n) as a chunk of their own: the rescale (alpha) only with
+ * the first, the prefetch bounds and the stream in step moved along. Adding the keys
+ * span by span adds them in the same order, one at a time, so the bits are the same. */
+static inline pv_chunk_args pv_span(const pv_chunk_args *a, int j0, int n) {
+    pv_chunk_args s = *a;
+    s.n = n;
+    s.p = a->p + j0;
+    s.v = a->v ? a->v + (size_t)j0 * a->ldvb : NULL;
+    s.vat = a->vat ? a->vat + j0 : NULL;
+    s.alpha = j0 ? NULL : a->alpha;
+    s.pfend = a->pfend - j0;
+    s.pfrun = a->pfrun ? a->pfrun + (size_t)j0 * a->ldvb : NULL;
+    s.pfn = a->pfn - j0;
+    s.sc = a->sc ? a->sc + (int64_t)j0 * a->ldscb : NULL;
+    return s;
+}
+
+/* A chunk whose rows take more than one tile (m > MR): every tile of a span of a->span
+ * keys before the next span, so the second tile finds the span's V rows still in L1
+ * (PV_SPAN_BYTES); one tile reads each key once anyway. */
+ALWAYS_INLINE void pv_row_tiles(const int MR, const int NV, const int QUANT,
+                                const pv_chunk_args *a) {
+    if (a->m <= MR || a->n <= a->span) {
+        pv_span_tiles(MR, NV, QUANT, a);
+        return;
+    }
+    for (int j0 = 0; j0 < a->n; j0 += a->span) {
+        const pv_chunk_args s = pv_span(a, j0, min_int(a->span, a->n - j0));
+        pv_span_tiles(MR, NV, QUANT, &s);
     }
 }
 
@@ -773,6 +829,12 @@ TILE void pvq_8x3v(const pv_chunk_args *a) { pv_row_tiles(8, 3, 1, a); }
 TILE void pvq_6x1v(const pv_chunk_args *a) { pv_row_tiles(6, 1, 1, a); }
 TILE void pvq_6x2v(const pv_chunk_args *a) { pv_row_tiles(6, 2, 1, a); }
 
+/* Bytes of V (a chunk's columns) the row tiles of a chunk pass over before the next
+ * span: half of a 32 KiB L1D (AMD Zen 4, the project's smallest; CPUID leaf
+ * 0x80000005 ECX[31:24]), so a span read by the first tile is still in L1 for the
+ * others beside Q, S and O (docs/PERFORMANCE.md, "Paged decode in one call"). */
+#define PV_SPAN_BYTES 16384
+
 /* Rows up to which pv works like decode (a GQA group of 8 heads): it prefetches V rows
  * ahead (as does any call told its rows go on, npf > 0), and cuts Dv into chunks of up
  * to PV_WIDE_CMAX vectors instead of PV_CMAX. */
@@ -789,7 +851,8 @@ _Static_assert(PVQ_CMAX <= PV_WIDE_CMAX && PVQ_CMAX_FEW <= PV_WIDE_CMAX,
                "pv_chunk_args.goff holds a chunk's scale offsets");
 ALWAYS_INLINE void pv_chunks(const int QUANT, int m, int n, int dv, const float *p, int ldp,
                              const void *v, size_t ldvb, sdpa_dtype dt, const sdpa_qscales *qs,
-                             const float *alpha, float *o, int ldo, int npf, const void *pfv) {
+                             const float *alpha, float *o, int ldo, int npf, const void *pfv,
+                             const char *const *vat) {
     const int group = qs ? qs->group : dv, f16 = qs && qs->dt == SDPA_F16;
     const size_t rowb = dt_bytes(dt, (size_t)dv);
     const int nvec = (dv + VL - 1) / VL;
@@ -803,13 +866,16 @@ ALWAYS_INLINE void pv_chunks(const int QUANT, int m, int n, int dv, const float 
     for (int ch = 0; ch < nchunk; ch++) {
         const int nv = nvec / nchunk + (ch < nvec % nchunk);
         pv_chunk_args a = {
-            .m = m, .n = n, .p = p, .ldp = ldp, .v = (const char *)v + dt_bytes(dt, (size_t)(VL * c0)),
+            .m = m, .n = n, .p = p, .ldp = ldp,
+            .v = vat ? NULL : (const char *)v + dt_bytes(dt, (size_t)(VL * c0)),
             .ldvb = ldvb, .alpha = alpha, .o = o + VL * c0, .ldo = ldo, .dt = dt,
             .lastw = min_int(VL * nv, dv - VL * c0) - VL * (nv - 1),
             .pf = ch == 0 || !PV_PF_WHOLE_ROWS ? pf : 0, .pfend = n + min_int(npf, ahead),
             .pfrun = pfv ? (const char *)pfv + dt_bytes(dt, (size_t)(VL * c0)) : NULL,
             .pfn = npf,
-            .pfb = rowb,
+            .pfb = rowb, .vat = vat, .voff = dt_bytes(dt, (size_t)(VL * c0)),
+            .span = (int)(dt_bytes(dt, (size_t)(VL * nv)) < PV_SPAN_BYTES
+                              ? PV_SPAN_BYTES / dt_bytes(dt, (size_t)(VL * nv)) : 1),
             .sc = qs ? (const char *)qs->p : NULL, .ldscb = qs ? qs->ld * (f16 ? 2 : 4) : 0,
             .f16 = f16};
         if (QUANT) {
@@ -826,11 +892,18 @@ ALWAYS_INLINE void pv_chunks(const int QUANT, int m, int n, int dv, const float 
 static void x86_pv(int m, int n, int dv, const float *p, int ldp, const void *v, int64_t ldv,
                    sdpa_dtype dt, const float *alpha, float *o, int ldo, int npf, const void *pf) {
     pv_chunks(0, m, n, dv, p, ldp, v, (size_t)ldv * elem_bytes(dt), dt, NULL, alpha, o, ldo,
-              npf, pf);
+              npf, pf, NULL);
+}
+
+/* The contract's pv_at: pv's tiles on rows at addresses. */
+static void x86_pv_at(int m, int n, int dv, const float *p, int ldp, const void *const *v,
+                      sdpa_dtype dt, const float *alpha, float *o, int ldo, int npf) {
+    pv_chunks(0, m, n, dv, p, ldp, NULL, 0, dt, NULL, alpha, o, ldo, npf, NULL,
+              (const char *const *)v);
 }
 
 static void x86_pv_q(int m, int n, int dv, const float *p, int ldp, const void *v, int64_t ldvb,
                      sdpa_dtype dt, const sdpa_qscales *qs, const float *alpha, float *o,
                      int ldo, int npf, const void *pf) {
-    pv_chunks(1, m, n, dv, p, ldp, v, (size_t)ldvb, dt, qs, alpha, o, ldo, npf, pf);
+    pv_chunks(1, m, n, dv, p, ldp, v, (size_t)ldvb, dt, qs, alpha, o, ldo, npf, pf, NULL);
 }
