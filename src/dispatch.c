@@ -335,6 +335,8 @@ static void overlay(sdpa_kernels *dst, const sdpa_kernels *src) {
     TAKE(qk_bf16)
     TAKE(pack_v_bf16)
     TAKE(pv_bf16)
+    TAKE(qk_rows_bf16)
+    TAKE(pv_rows_bf16)
 #undef TAKE
 }
 
@@ -343,12 +345,14 @@ static void overlay(sdpa_kernels *dst, const sdpa_kernels *src) {
  * pv_at: without them it calls qk_rows and pv page by page) and its dedicated bf16
  * tiles are all set or all absent (then the driver computes SDPA_COMPUTE_BF16 with the
  * fp32 tiles on operands rounded to bf16: exact products of bf16 values are exact in
- * fp32, so the mode's arithmetic is the same). A packing function and the kernel that
+ * fp32, so the mode's arithmetic is the same), and its bf16 decode pair (qk_rows_bf16,
+ * pv_rows_bf16) both set or both absent, set only beside the five. A packing function
+ * and the kernel that
  * reads what it packed come from the same row (the layout is private to the table that
  * packs), and so do qk_rows_q, qk_rows_at and qk_rows, pv_q, pv_at and pv (the fused and
  * the addressed kernels promise the bits of their row's plain pair). */
 static int complete(const sdpa_kernels *k, const sdpa_kernels *own) {
-    _Static_assert(SDPA_KERNELS_NFUNCS == 16, "complete() must check every entry");
+    _Static_assert(SDPA_KERNELS_NFUNCS == 18, "complete() must check every entry");
     const int pairs = own == NULL || ((own->pack_k == NULL) == (own->qk == NULL) &&
                                       (own->pack_q_bf16 == NULL) == (own->qk_bf16 == NULL) &&
                                       (own->pack_k_bf16 == NULL) == (own->qk_bf16 == NULL) &&
@@ -361,7 +365,9 @@ static int complete(const sdpa_kernels *k, const sdpa_kernels *own) {
                     k->qk_rows && k->softmax && k->pv && k->vexp && k->dequant;
     const int nb = !!k->pack_q_bf16 + !!k->pack_k_bf16 + !!k->qk_bf16 + !!k->pack_v_bf16 +
                    !!k->pv_bf16;
-    const int bf16 = nb == 0 || (nb == 5 && k->kpb_align > 0 && k->vpb_align > 0);
+    const int bf16 = (nb == 0 || (nb == 5 && k->kpb_align > 0 && k->vpb_align > 0)) &&
+                     (k->qk_rows_bf16 == NULL) == (k->pv_rows_bf16 == NULL) &&
+                     (k->qk_rows_bf16 == NULL || nb == 5);
     return f32 && bf16 && pairs;
 }
 
@@ -372,7 +378,8 @@ static unsigned own_modes(const sdpa_kernels *t) {
     if (t->pack_k || t->qk || t->qk_rows || t->softmax || t->pv || t->vexp || t->dequant ||
         t->qk_rows_q || t->pv_q || t->qk_rows_at || t->pv_at)
         m |= F32;
-    if (t->pack_q_bf16 || t->pack_k_bf16 || t->qk_bf16 || t->pack_v_bf16 || t->pv_bf16)
+    if (t->pack_q_bf16 || t->pack_k_bf16 || t->qk_bf16 || t->pack_v_bf16 || t->pv_bf16 ||
+        t->qk_rows_bf16 || t->pv_rows_bf16)
         m |= BF16;
     return m;
 }

@@ -62,6 +62,9 @@ struct sdpa_plan {
     int bf16;             /* SDPA_COMPUTE_BF16: Q, K, V and P enter the products as bf16 */
     int bf16_tiles;       /* ... through the table's bf16 tiles (pack_k_bf16 + qk_bf16,
                              pack_v_bf16 + pv_bf16), not the fp32 ones on rounded operands */
+    int bf16_rows;        /* ... or, for plans of few rows (k_in_place), through the
+                             table's decode pair (qk_rows_bf16, pv_rows_bf16) on K and V
+                             rows as bf16, in place where stored so */
     int ldqb;             /* bf16 tiles: Qb's row stride in elements, round_up(Dk, 32) */
     size_t scratch_bytes; /* per worker */
     float *part;          /* split-KV partials: units x partial_floats, or NULL */

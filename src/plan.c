@@ -82,7 +82,7 @@ static size_t scratch_layout(const plan *pl, char *base, scratch *w) {
     } while (0)
     CARVE(q, float, tiles ? 0 : br * (size_t)pl->ldq); /* the bf16 tiles read Qb only */
     CARVE(kp, float, kp);
-    CARVE(qb, uint16_t, tiles ? br * (size_t)pl->ldqb : 0);
+    CARVE(qb, uint16_t, tiles || pl->bf16_rows ? br * (size_t)pl->ldqb : 0);
     CARVE(kpb, uint16_t, tiles ? round_up(bc, (size_t)kt->kpb_align) * dk32 : 0);
     CARVE(vpb, uint16_t, tiles && forward ? round_up(bc, (size_t)kt->vpb_align) * dv32 : 0);
     CARVE(kb, uint16_t, kb);
@@ -147,6 +147,7 @@ void plan_init(plan *pl, const sdpa_kernels *kt, const sdpa_problem *p, int mode
      * arithmetic: a product of two bf16 values is exact in fp32) */
     pl->bf16 = p->compute == SDPA_COMPUTE_BF16;
     pl->bf16_tiles = pl->bf16 && kt->qk_bf16 != NULL && !pl->k_in_place;
+    pl->bf16_rows = pl->bf16 && kt->qk_rows_bf16 != NULL && pl->k_in_place;
     pl->kq_fused = kv_fused(pl, 0);
     pl->vq_fused = pl->mode == PLAN_FORWARD && kv_fused(pl, 1);
     pl->k_at = p->pages.block_table && !sdpa_dtype_quantized(p->kt) && kt->qk_rows_at &&

@@ -68,7 +68,7 @@ void gather_q(const plan *pl, const rows *it, const scratch *w) {
         const char *src = (const char *)p->q +
                           (size_t)(it->b * p->qs[0] + w->h[r] * p->qs[1] +
                                    (it->seq.q0 + w->i[r]) * p->qs[2]) * es;
-        if (pl->bf16_tiles) { /* only Qb is read: bf16, zero beyond Dk as qk_bf16 wants */
+        if (pl->bf16_tiles || pl->bf16_rows) { /* only Qb is read: bf16, zero beyond Dk */
             pl->kt->pack_q_bf16((int)p->Dk, src, p->qt, w->qb + (size_t)r * (size_t)pl->ldqb);
             continue;
         }
@@ -220,6 +220,20 @@ static int block_scores(const plan *pl, const rows *it, const scratch *w, const 
         }
         return streamed;
     }
+    if (pl->bf16_rows) { /* K rows as bf16: in place, or rounded into scratch */
+        const char *k = kv->v;
+        int64_t ldk = kv->ld;
+        if (kv->dt != SDPA_BF16) {
+            round_rows_bf16(n, p->Dk, k, ldk, kv->dt, w->kb);
+            k = (const char *)w->kb;
+            ldk = p->Dk;
+        }
+        const int streamed = k == kv->v && kv_in_place(pl, 0) && npf > 0;
+        kt->qk_rows_bf16(rb - ra, n, (int)p->Dk, p->scale, w->qb + (size_t)ra * (size_t)pl->ldqb,
+                         pl->ldqb, (const uint16_t *)(const void *)k, ldk, s, pl->lds,
+                         streamed ? npf : 0);
+        return streamed;
+    }
     if (pl->bf16_tiles) {
         kt->pack_k_bf16(n, (int)p->Dk, kv->v, kv->ld, kv->dt, w->kpb);
         kt->qk_bf16(rb - ra, n, (int)p->Dk, p->scale, w->qb + (size_t)ra * (size_t)pl->ldqb,
@@ -301,6 +315,20 @@ static int block_pv(const plan *pl, const rows *it, const scratch *w, int ra, in
         pl->kt->pv_bf16(rb - ra, n, Dv, s, pl->lds, w->vpb, w->alpha + ra,
                         w->o + (size_t)ra * (size_t)pl->ldo, pl->ldo);
         return 0;
+    }
+    if (pl->bf16_rows && !masked) { /* V rows as bf16, as block_scores' K */
+        const char *vb = v->v;
+        int64_t ldv = v->ld;
+        if (v->dt != SDPA_BF16) {
+            round_rows_bf16(n, p->Dv, vb, ldv, v->dt, w->vb);
+            vb = (const char *)w->vb;
+            ldv = p->Dv;
+        }
+        const int own = vb == v->v && kv_in_place(pl, 1) && npf > 0;
+        pl->kt->pv_rows_bf16(rb - ra, n, Dv, s, pl->lds, (const uint16_t *)(const void *)vb, ldv,
+                             w->alpha + ra, w->o + (size_t)ra * (size_t)pl->ldo, pl->ldo,
+                             own ? npf : 0);
+        return own;
     }
     vrows vr = *v;
     if (pl->bf16) {

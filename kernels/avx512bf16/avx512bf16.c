@@ -1,11 +1,11 @@
 /*
  * avx512bf16.c - the AVX512_BF16 kernel table: the bf16 compute mode's tiles
- * (SDPA_COMPUTE_BF16; pack_q_bf16, pack_k_bf16, qk_bf16, pack_v_bf16, pv_bf16 of
- * kernels/ukernel.h) on vdpbf16ps, which multiplies pairs of bf16 exactly and adds both products to an fp32
+ * (SDPA_COMPUTE_BF16; pack_q_bf16, pack_k_bf16, qk_bf16, pack_v_bf16, pv_bf16 and the
+ * decode pair qk_rows_bf16, pv_rows_bf16 of kernels/ukernel.h) on vdpbf16ps, which multiplies pairs of bf16 exactly and adds both products to an fp32
  * lane: 32 multiply-adds per 512-bit instruction, twice the fp32 FMA's 16.
  *
  * It is not a complete table and not an fp32 path: it sets only its ISA, its name, the
- * bf16 alignments and the five bf16 entries; the registry (src/dispatch.c) starts it
+ * bf16 alignments and the seven bf16 entries; the registry (src/dispatch.c) starts it
  * from the avx512 row's table, whose fp32 tiles, Br = 96 and Bc = 64 it keeps. The packing
  * layouts and functions are kernels/x86/bf16.h's (shared with the AMX table); the
  * register tiles are here.
@@ -30,6 +30,7 @@
 
 #include "../x86/vec_avx512.h"
 #include "../x86/bf16.h"
+#include "../x86/reduce.h"
 
 /* A register tile: its own function, never inlined into its caller, so its accumulators
  * are allocated on their own and a profile shows it by name (kernels/x86/tiles.h's
@@ -37,7 +38,7 @@
 #define TILE static __attribute__((noinline))
 
 /* The most rows of any tile below: the size of their accumulator arrays. */
-enum { QKB_ROWS_MAX = 12, PVB_ACC_MAX = 24 };
+enum { QKB_ROWS_MAX = 12, PVB_ACC_MAX = 24, QKRB_ROWS_MAX = 8, PVRB_ACC_MAX = 24 };
 
 /* One bf16 pair (two consecutive elements) broadcast to every 32-bit lane: vdpbf16ps's
  * operand for a row of Q or P against a vector of K or V pairs. */
@@ -275,10 +276,284 @@ static void avx512bf16_pv_bf16(int m, int n, int dv, const float *p, int ldp,
     }
 }
 
+/* ---- decode: qk_rows_bf16, pv_rows_bf16 ------------------------------------------ */
+
+/* Elements [d0, d0 + 32) of a bf16 row of nd elements in all, as 16 pairs, zero past nd
+ * (a masked load: the row is caller memory, read only up to its last element). */
+ALWAYS_INLINE __m512i row_pairs(const uint16_t *row, int d0, int nd) {
+    if (d0 + 32 <= nd)
+        return _mm512_loadu_si512(row + d0);
+    return _mm512_maskz_loadu_epi16((__mmask32)((1u << (nd - d0)) - 1u), row + d0);
+}
+
+/* R rows x NK keys (1 or 2) of qk_rows_bf16's products, over the dims in 32-element
+ * steps: 2 R accumulators, 2 K vectors, 1 Q vector; the partial sums go to t[r VL + 0 or
+ * 1] for the tree. Qb is zero from dk to round_up(dk, 32) and the K vectors past dk are
+ * loaded as zero, so the last step adds exact zeros. */
+ALWAYS_INLINE void qkrb_keys(const int R, const int NK, int dk, const uint16_t *q, int ldq,
+                             const uint16_t *k0, const uint16_t *k1, vf *t) {
+    vf c0[QKRB_ROWS_MAX], c1[QKRB_ROWS_MAX];
+    UNROLL_FULL
+    for (int r = 0; r < R; r++)
+        c0[r] = c1[r] = v_zero();
+    for (int d0 = 0; d0 < dk; d0 += 32) {
+        const __m512bh x0 = (__m512bh)row_pairs(k0, d0, dk);
+        const __m512bh x1 = NK > 1 ? (__m512bh)row_pairs(k1, d0, dk) : x0;
+        UNROLL_FULL
+        for (int r = 0; r < R; r++) {
+            /* pinned: folded into both vdpbf16ps the Q load would be issued twice */
+            const vf qv = v_pin((vf)_mm512_loadu_si512(q + (size_t)r * (size_t)ldq + d0));
+            c0[r] = _mm512_dpbf16_ps(c0[r], x0, (__m512bh)qv);
+            if (NK > 1)
+                c1[r] = _mm512_dpbf16_ps(c1[r], x1, (__m512bh)qv);
+        }
+    }
+    UNROLL_FULL
+    for (int r = 0; r < R; r++) {
+        t[r * VL] = c0[r];
+        if (NK > 1)
+            t[r * VL + 1] = c1[r];
+    }
+}
+
+/* S[0..R)[0..n) of qk_rows_bf16, as kernels/x86/tiles.h's qkr_rows does it in fp32: VL
+ * keys at a time, a pair of adjacent K rows per pass over the dims, each key's partial
+ * sums reduced by the tree of reduce.h (a score is one vdpbf16ps chain over the dims,
+ * then the fixed tree, whatever R: a row's bits do not depend on the other rows), the
+ * rows SDPA_PREFETCH_AHEAD bytes ahead prefetched, within the call and into the npf
+ * rows after it. */
+ALWAYS_INLINE void qkrb_rows(const int R, int n, int dk, float scale, const uint16_t *q,
+                             int ldq, const uint16_t *k, int64_t ldk, float *s, int lds,
+                             int npf) {
+    const size_t rowb = 2 * (size_t)dk;
+    const int ahead = (int)(SDPA_PREFETCH_AHEAD / rowb) + 1;
+    const int pfend = n + min_int(npf, ahead);
+    const vf vs = v_set1(scale);
+    vf t[QKRB_ROWS_MAX * VL];
+    for (int j0 = 0; j0 < n; j0 += VL) {
+        const int nk = min_int(VL, n - j0);
+        const uint16_t *ks = k + (size_t)j0 * (size_t)ldk;
+        int jj = 0;
+        for (; jj + 2 <= nk; jj += 2) {
+            for (int pj = jj + ahead; pj < jj + ahead + 2 && j0 + pj < pfend; pj++)
+                prefetch_row((const char *)(ks + (size_t)pj * (size_t)ldk), rowb);
+            qkrb_keys(R, 2, dk, q, ldq, ks + (size_t)jj * (size_t)ldk,
+                      ks + (size_t)(jj + 1) * (size_t)ldk, t + jj);
+        }
+        if (jj < nk)
+            qkrb_keys(R, 1, dk, q, ldq, ks + (size_t)jj * (size_t)ldk, NULL, t + jj);
+        for (jj += jj < nk; jj < VL; jj++)
+            UNROLL_FULL
+            for (int r = 0; r < R; r++)
+                t[r * VL + jj] = v_zero();
+        UNROLL_FULL
+        for (int r = 0; r < R; r++)
+            v_store_first(s + (size_t)r * (size_t)lds + j0, nk, reduce_tree(t + VL * r, 0) * vs);
+    }
+}
+
+#define QKRB_ARGS                                                                           \
+    int n, int dk, float scale, const uint16_t *q, int ldq, const uint16_t *k, int64_t ldk, \
+        float *s, int lds, int npf
+#define QKRB_CALL n, dk, scale, q, ldq, k, ldk, s, lds, npf
+/* The qk_rows_bf16 register tiles, one per row count (tiles.h's qkr_Rrows convention):
+ * qkrb_Rrows holds 2 R accumulators + 2 K vectors + 1 Q vector; per 32 dims of a key
+ * pair, 2 K loads and R Q loads feed 2 R vdpbf16ps. qkrb_8rows: 19 of 32 registers, a
+ * GQA group of 8 heads in one pass over K. */
+TILE void qkrb_1row(QKRB_ARGS) { qkrb_rows(1, QKRB_CALL); }
+TILE void qkrb_2rows(QKRB_ARGS) { qkrb_rows(2, QKRB_CALL); }
+TILE void qkrb_3rows(QKRB_ARGS) { qkrb_rows(3, QKRB_CALL); }
+TILE void qkrb_4rows(QKRB_ARGS) { qkrb_rows(4, QKRB_CALL); }
+TILE void qkrb_5rows(QKRB_ARGS) { qkrb_rows(5, QKRB_CALL); }
+TILE void qkrb_6rows(QKRB_ARGS) { qkrb_rows(6, QKRB_CALL); }
+TILE void qkrb_7rows(QKRB_ARGS) { qkrb_rows(7, QKRB_CALL); }
+TILE void qkrb_8rows(QKRB_ARGS) { qkrb_rows(8, QKRB_CALL); }
+
+/* The contract's qk_rows_bf16, in passes of 8 rows (each reads K once), the last with
+ * the rows left: 1..8, so the default cannot be reached. */
+static void avx512bf16_qk_rows_bf16(int m, int n, int dk, float scale, const uint16_t *q0,
+                                    int ldq, const uint16_t *k, int64_t ldk, float *s0, int lds,
+                                    int npf) {
+    for (int r0 = 0; r0 < m; r0 += QKRB_ROWS_MAX) {
+        const uint16_t *q = q0 + (size_t)r0 * (size_t)ldq;
+        float *s = s0 + (size_t)r0 * (size_t)lds;
+        switch (min_int(QKRB_ROWS_MAX, m - r0)) {
+        case 1: qkrb_1row(QKRB_CALL); continue;
+        case 2: qkrb_2rows(QKRB_CALL); continue;
+        case 3: qkrb_3rows(QKRB_CALL); continue;
+        case 4: qkrb_4rows(QKRB_CALL); continue;
+        case 5: qkrb_5rows(QKRB_CALL); continue;
+        case 6: qkrb_6rows(QKRB_CALL); continue;
+        case 7: qkrb_7rows(QKRB_CALL); continue;
+        case 8: qkrb_8rows(QKRB_CALL); continue;
+        default: __builtin_unreachable();
+        }
+    }
+}
+#undef QKRB_ARGS
+#undef QKRB_CALL
+
+/* pv_rows_bf16 keeps O in the layout vpunpck{l,h}wd gives a key pair of V rows: for each
+ * 32 columns c0.. of V, accumulator "lo" holds columns c0 + {0-3, 8-11, 16-19, 24-27}
+ * and "hi" c0 + {4-7, 12-15, 20-23, 28-31}, each lane the pair (V[j][c], V[j + 1][c]).
+ * O's two vectors of those columns are permuted into it as loaded and back as stored. */
+ALWAYS_INLINE vf o_lo(vf a, vf b) {
+    return _mm512_permutex2var_ps(a, _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18,
+                                                       19, 24, 25, 26, 27), b);
+}
+ALWAYS_INLINE vf o_hi(vf a, vf b) {
+    return _mm512_permutex2var_ps(a, _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22,
+                                                       23, 28, 29, 30, 31), b);
+}
+ALWAYS_INLINE vf o_first(vf lo, vf hi) { /* columns c0 + 0..15 */
+    return _mm512_permutex2var_ps(lo, _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6,
+                                                        7, 20, 21, 22, 23), hi);
+}
+ALWAYS_INLINE vf o_second(vf lo, vf hi) { /* columns c0 + 16..31 */
+    return _mm512_permutex2var_ps(lo, _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13,
+                                                        14, 15, 28, 29, 30, 31), hi);
+}
+
+/* One chunk of pv_rows_bf16: NS slices of 32 columns from column c0, for MR rows. */
+typedef struct {
+    int n;               /* keys */
+    const uint16_t *pb;  /* P as bf16 pairs, rows ldpb elements apart, zero past n */
+    int ldpb;
+    const uint16_t *v;   /* V's key 0, column c0; rows ldv elements apart */
+    int64_t ldv;
+    int nc;              /* columns of V from c0 to dv (> 0) */
+    const float *alpha;  /* per row, or NULL */
+    float *o;            /* O's column c0 of row 0, rows ldo apart */
+    int ldo;
+    int pf, pfend;       /* prefetch the V row pf keys ahead, below key pfend (0: none) */
+    size_t rowb;         /* ... whole rows of this many bytes */
+} pvrb_args;
+
+/* O[0..MR)[c0 .. c0 + 32 NS) = alpha O + bf16(P) V over the chunk's keys, a pair
+ * (j, j + 1) at a time (the missing V row of an odd last key read as zero, its P pair's
+ * second half being zero), O's tile in registers for the whole loop. Per key pair: 2 NS
+ * V loads and 2 NS vpunpck, MR P-pair broadcasts, 2 MR NS vdpbf16ps. Columns past nc are
+ * loaded as zero and never stored. */
+ALWAYS_INLINE void pvrb_tile(const int MRMAX, const int MR, const int NS, const pvrb_args *a,
+                             const uint16_t *pb, const float *alpha, float *o, int pf) {
+    if (MR > MRMAX) /* a switch arm the tile never takes (pvrb_row_tiles) */
+        return;
+    vf acc[PVRB_ACC_MAX];
+    UNROLL_FULL
+    for (int k = 0; k < MR * NS; k++) {
+        const int c = 32 * (k % NS);
+        const float *oc = o + (size_t)(k / NS) * (size_t)a->ldo + c;
+        const vf x0 = v_load_part(oc, v_tail(min_int(16, a->nc - c)));
+        const vf x1 = v_load_part(oc + 16, v_tail(a->nc - c > 16 ? min_int(16, a->nc - c - 16) : 0));
+        vf lo = o_lo(x0, x1), hi = o_hi(x0, x1);
+        if (alpha) {
+            lo = lo * v_set1(alpha[k / NS]);
+            hi = hi * v_set1(alpha[k / NS]);
+        }
+        acc[2 * k] = lo;
+        acc[2 * k + 1] = hi;
+    }
+    const int n = a->n;
+    for (int j = 0; j < n; j += 2) {
+        const uint16_t *v0 = a->v + (size_t)j * (size_t)a->ldv;
+        if (pf > 0)
+            for (int pj = j + pf; pj < j + pf + 2 && pj < a->pfend; pj++)
+                prefetch_row((const char *)(a->v + (size_t)pj * (size_t)a->ldv), a->rowb);
+        UNROLL_FULL
+        for (int sl = 0; sl < NS; sl++) {
+            const __m512i x0 = row_pairs(v0, 32 * sl, a->nc);
+            const __m512i x1 = j + 1 < n ? row_pairs(v0 + a->ldv, 32 * sl, a->nc)
+                                         : _mm512_setzero_si512();
+            const __m512bh lo = (__m512bh)_mm512_unpacklo_epi16(x0, x1);
+            const __m512bh hi = (__m512bh)_mm512_unpackhi_epi16(x0, x1);
+            UNROLL_FULL
+            for (int r = 0; r < MR; r++) {
+                const __m512bh pp = bcast_pair(pb + (size_t)r * (size_t)a->ldpb + j);
+                acc[2 * (r * NS + sl)] = _mm512_dpbf16_ps(acc[2 * (r * NS + sl)], lo, pp);
+                acc[2 * (r * NS + sl) + 1] = _mm512_dpbf16_ps(acc[2 * (r * NS + sl) + 1], hi, pp);
+            }
+        }
+    }
+    UNROLL_FULL
+    for (int k = 0; k < MR * NS; k++) {
+        const int c = 32 * (k % NS);
+        float *oc = o + (size_t)(k / NS) * (size_t)a->ldo + c;
+        v_store_first(oc, min_int(16, a->nc - c), o_first(acc[2 * k], acc[2 * k + 1]));
+        if (a->nc - c > 16)
+            v_store_first(oc + 16, min_int(16, a->nc - c - 16), o_second(acc[2 * k], acc[2 * k + 1]));
+    }
+}
+
+/* All m rows of a chunk in tiles of MR rows, the last with the rows left (1..MR: the
+ * default cannot be reached); each tile prefetches whole rows ahead, as avx512's pv
+ * tiles each prefetch their columns (first tile only: decode-long-bf16 4% slower on 2
+ * threads, docs/PERFORMANCE.md "bf16 decode"). */
+ALWAYS_INLINE void pvrb_row_tiles(const int MR, const int NS, int m, const pvrb_args *a, int pf) {
+    for (int r0 = 0; r0 < m; r0 += MR) {
+        const uint16_t *pb = a->pb + (size_t)r0 * (size_t)a->ldpb;
+        const float *alpha = a->alpha ? a->alpha + r0 : NULL;
+        float *o = a->o + (size_t)r0 * (size_t)a->ldo;
+        switch (min_int(MR, m - r0)) {
+        case 1: pvrb_tile(MR, 1, NS, a, pb, alpha, o, pf); continue;
+        case 2: pvrb_tile(MR, 2, NS, a, pb, alpha, o, pf); continue;
+        case 3: pvrb_tile(MR, 3, NS, a, pb, alpha, o, pf); continue;
+        default: __builtin_unreachable();
+        }
+    }
+}
+
+/* The pv_rows_bf16 register tiles: 3 rows x NS slices of 32 columns, 2 accumulators a
+ * slice (lo, hi: the vectors of 16 columns). pvrb_3x8v: 24 accumulators + 2 V rows'
+ * slice + 1 P-pair broadcast = 27 of 32 (the unpacked pair overwrites the loads); per key
+ * pair 8 loads, 8 vpunpck, 3 broadcasts, 24 vdpbf16ps, for 64 multiply-adds each. */
+TILE void pvrb_3x2v(int m, const pvrb_args *a, int pf) { pvrb_row_tiles(3, 1, m, a, pf); }
+TILE void pvrb_3x4v(int m, const pvrb_args *a, int pf) { pvrb_row_tiles(3, 2, m, a, pf); }
+TILE void pvrb_3x6v(int m, const pvrb_args *a, int pf) { pvrb_row_tiles(3, 3, m, a, pf); }
+TILE void pvrb_3x8v(int m, const pvrb_args *a, int pf) { pvrb_row_tiles(3, 4, m, a, pf); }
+
+/* The contract's pv_rows_bf16: P rounded to bf16 pairs once per call, PB_ROWS rows by
+ * PB_KEYS keys at a time (p_rows_bf16 of bf16.h, the same rounding as pv_bf16), then
+ * Dv in chunks of up to 128 columns, each by pvrb tiles over the piece's keys; a call of
+ * more than PB_KEYS keys is summed a piece at a time through O (alpha before the first).
+ * V rows are read in place, whole rows prefetched SDPA_PREFETCH_AHEAD bytes ahead by the
+ * tiles of the first chunk. */
+static void avx512bf16_pv_rows_bf16(int m, int n, int dv, const float *p, int ldp,
+                                    const uint16_t *v, int64_t ldv, const float *alpha, float *o,
+                                    int ldo, int npf) {
+    enum { PB_ROWS = 16, PB_KEYS = 64 };
+    _Alignas(64) uint16_t pb[PB_ROWS * PB_KEYS];
+    const size_t rowb = 2 * (size_t)dv;
+    const int ahead = (int)(SDPA_PREFETCH_AHEAD / rowb) + 1;
+    for (int r0 = 0; r0 < m; r0 += PB_ROWS) {
+        const int rows = min_int(PB_ROWS, m - r0);
+        for (int j0 = 0; j0 < n; j0 += PB_KEYS) {
+            const int kc = min_int(PB_KEYS, n - j0);
+            p_rows_bf16(rows, kc, round_up_int(kc, 32), p + (size_t)r0 * (size_t)ldp + j0, ldp,
+                        pb, PB_KEYS);
+            for (int c0 = 0; c0 < dv; c0 += 128) {
+                const pvrb_args a = {
+                    .n = kc, .pb = pb, .ldpb = PB_KEYS,
+                    .v = v + (size_t)j0 * (size_t)ldv + (size_t)c0, .ldv = ldv, .nc = dv - c0,
+                    .alpha = j0 == 0 && alpha ? alpha + r0 : NULL,
+                    .o = o + (size_t)r0 * (size_t)ldo + c0, .ldo = ldo,
+                    .pfend = n - j0 + min_int(npf, ahead), .rowb = rowb};
+                const int pf = c0 == 0 ? ahead : 0;
+                switch (min_int(4, (dv - c0 + 31) / 32)) {
+                case 1: pvrb_3x2v(rows, &a, pf); continue;
+                case 2: pvrb_3x4v(rows, &a, pf); continue;
+                case 3: pvrb_3x6v(rows, &a, pf); continue;
+                default: pvrb_3x8v(rows, &a, pf); continue;
+                }
+            }
+        }
+    }
+}
+
 /* Only the bf16 entries; everything else, Br and Bc included, is the avx512 row's. */
 const sdpa_kernels sdpa_kernels_avx512bf16 = {
     .isa = SDPA_ISA_AVX512BF16, .name = "avx512bf16",
     .kpb_align = KPB_KEYS, .vpb_align = VPB_KEYS,
     .pack_q_bf16 = x86_pack_q_bf16, .pack_k_bf16 = x86_pack_k_bf16, .qk_bf16 = qkb_12x2v,
     .pack_v_bf16 = x86_pack_v_bf16, .pv_bf16 = avx512bf16_pv_bf16,
+    .qk_rows_bf16 = avx512bf16_qk_rows_bf16, .pv_rows_bf16 = avx512bf16_pv_rows_bf16,
 };

@@ -49,6 +49,7 @@
 #include <stdint.h>
 
 #include "../kvq.h"
+#include "reduce.h"
 #include "transpose.h"
 
 /* A register tile: its own function, never inlined into its caller, so its accumulators
@@ -60,7 +61,7 @@
  * (the instantiated counts use a part; the rest is never touched). */
 enum { QK_ROWS_MAX = 12, QKR_ROWS_MAX = 8 };
 
-/* ---- widening loads, reduction trees (the transpose is transpose.h's) ------------ */
+/* ---- widening loads (the reduction tree is reduce.h's, the transpose transpose.h's) */
 
 /* The lanes t of a row stored as dt from element i, widened exactly to fp32 (lanes
  * outside t are neither read nor faulted on: 0). */
@@ -101,41 +102,6 @@ ALWAYS_INLINE vf load_kv(const char *row, int i, sdpa_dtype dt, vtail t, int nt,
 ALWAYS_INLINE vf scale_at(const char *sp, int64_t i, int f16) {
     return f16 ? v_bcast_f16((const uint16_t *)(const void *)sp + i)
                : v_bcast((const float *)(const void *)sp + i);
-}
-
-/* a + b, or max(a, b) when is_max (a compile-time constant). */
-ALWAYS_INLINE vf combine(vf a, vf b, const int is_max) {
-    if (is_max)
-        return v_max(a, b);
-    return a + b;
-}
-
-/* v[0..VL) -> one vector whose lane i is the sum (max) of v[i]'s lanes: a transposing
- * reduction tree, VL - 1 combining steps of two shuffles and one op for VL vectors
- * instead of VL separate horizontal reductions. Every lane's result is the same tree
- * over its vector's lanes ((0+2)+(1+3) within each 128-bit lane, then across the lanes
- * pairwise), so lane i depends on v[i] alone, not on which vectors share the call
- * (softmax's rows, qk_rows' row-by-key products). */
-ALWAYS_INLINE vf reduce_tree(const vf v[VL], const int is_max) {
-    vf a[VL / 2], b[LANES];
-    UNROLL_FULL /* lane pairs: [A0 B0 A1 B1] per 128-bit lane */
-    for (int i = 0; i < VL / 2; i++)
-        a[i] = combine(v_unpacklo(v[2 * i], v[2 * i + 1]), v_unpackhi(v[2 * i], v[2 * i + 1]),
-                       is_max);
-    UNROLL_FULL /* [A B C D] per 128-bit lane */
-    for (int i = 0; i < VL / 4; i++)
-        b[i] = combine(v_unpacklo2(a[2 * i], a[2 * i + 1]), v_unpackhi2(a[2 * i], a[2 * i + 1]),
-                       is_max);
-    /* then across the 128-bit lanes, halving the vectors each round (a constant inner
-     * bound and a test, which every gcc option set unrolls in full) */
-    UNROLL_FULL
-    for (int round = 0; round < LANE_ROUNDS; round++)
-        UNROLL_FULL
-        for (int i = 0; i < LANES / 2; i++)
-            if (i < (LANES >> round) / 2)
-                b[i] = combine(v_lanes_even(b[2 * i], b[2 * i + 1]),
-                               v_lanes_odd(b[2 * i], b[2 * i + 1]), is_max);
-    return b[0];
 }
 
 /* ---- exp ------------------------------------------------------------------------ */
