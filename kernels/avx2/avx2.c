@@ -24,7 +24,8 @@
 /* pv_q's chunks of a quantized V: 2 vectors, as pv's, in pvq tiles of 6 rows, whatever
  * the row count. */
 enum { PV_CMAX = 2, PV_WIDE_CMAX = 2, PVQ_FEW_M = 0, PVQ_CMAX_FEW = 2, PVQ_CMAX = 2,
-       PV_PF_WHOLE_ROWS = 1, QKR_MR = 4 };
+       PV_PF_WHOLE_ROWS = 1, QKR_MR = 4,
+       PV_WIDE_TILE_ROWS = 6 /* pv_6x2v */ };
 
 /* softmax's exp loop unrolled by Bc / VL = 64 / 8 vectors: one block row of scores. */
 #define UNROLL_BC _Pragma("GCC unroll 8")

@@ -29,7 +29,8 @@
  * 4 vectors (pvq_4xNv; at Dv = 128 int8 one 64-byte line per chunk, faster than chunks
  * of 3: docs/PERFORMANCE.md, "KV caches"); more rows, 3 (pvq_8xNv, 24 accumulators). */
 enum { PV_CMAX = 4, PV_WIDE_CMAX = 8, PVQ_FEW_M = 4, PVQ_CMAX_FEW = 4, PVQ_CMAX = 3,
-       PV_PF_WHOLE_ROWS = 0, QKR_MR = 8 };
+       PV_PF_WHOLE_ROWS = 0, QKR_MR = 8,
+       PV_WIDE_TILE_ROWS = 3 /* pv_3x8v, pv_3x7v */ };
 
 /* softmax's exp loop unrolled by Bc / VL = 64 / 16 vectors: one block row of scores. */
 #define UNROLL_BC _Pragma("GCC unroll 4")
