@@ -350,7 +350,7 @@ ALWAYS_INLINE void qkr_keys(const int R, const int NK, const sdpa_dtype dt, int 
  * R dk / (2 VL) Q loads per R dk / VL FMAs, then per row per VL keys the tree's shuffles
  * and adds (45 at VL = 16, 21 at VL = 8). K rows are ldkb bytes apart; a quantized K's
  * scales are at sc, ldscb bytes per key, binary16 where f16 (qkr_keys). */
-ALWAYS_INLINE void qkr_rows(const int R, const sdpa_dtype dt, const int AT, int n, int dk, float scale,
+ALWAYS_INLINE void qkr_rows(const int R, const sdpa_dtype dt, int AT, int n, int dk, float scale,
                             const float *q, int ldq, const void *k, size_t ldkb,
                             const char *sc, int64_t ldscb, int f16, int group, float *s,
                             int lds, int npf, const char *pf, const char *const *kat) {
@@ -396,30 +396,22 @@ ALWAYS_INLINE void qkr_rows(const int R, const sdpa_dtype dt, const int AT, int 
 /* qkr_rows with the storage type as a constant (the types kernels/ukernel.h lets
  * qk_rows and qk_rows_q read). */
 #define QKR_DT(DT, AT) qkr_rows(R, DT, AT, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf, pf, kat)
-/* an instance for rows at addresses (kat) and one for rows at a stride: the choice per
- * key pair measured 7% slower on AVX2's f16 decode */
-#define QKR_AT(DT)             \
-    if (kat)                   \
-        QKR_DT(DT, 1);         \
-    else                       \
-        QKR_DT(DT, 0);         \
-    return
+/* AT (rows at addresses, kat) is chosen per key pair, as pv's (pv_row_tiles). */
 ALWAYS_INLINE void qkr_rows_dt(const int R, sdpa_dtype dt, int n, int dk, float scale,
                                const float *q, int ldq, const void *k, size_t ldkb,
                                const char *sc, int64_t ldscb, int f16, int group, float *s,
                                int lds, int npf, const char *pf, const char *const *kat) {
     switch (dt) {
-    case SDPA_F16: QKR_AT(SDPA_F16);
-    case SDPA_BF16: QKR_AT(SDPA_BF16);
+    case SDPA_F16: QKR_DT(SDPA_F16, kat != NULL); return;
+    case SDPA_BF16: QKR_DT(SDPA_BF16, kat != NULL); return;
     case SDPA_I8: QKR_DT(SDPA_I8, 0); return;
     case SDPA_I4: QKR_DT(SDPA_I4, 0); return;
     case SDPA_FP8_E4M3: QKR_DT(SDPA_FP8_E4M3, 0); return;
     case SDPA_FP8_E5M2: QKR_DT(SDPA_FP8_E5M2, 0); return;
-    default: /* SDPA_F32 */ QKR_AT(SDPA_F32);
+    default: /* SDPA_F32 */ QKR_DT(SDPA_F32, kat != NULL); return;
     }
 }
 #undef QKR_DT
-#undef QKR_AT
 
 /* The parameter list of the qk_rows tiles (qk_rows_q's, less m). */
 #define QKR_ARGS                                                                             \
@@ -609,7 +601,7 @@ static void pvq_chunk(int nv, const pv_chunk_args *a);
  * quantized V (pv_q) is decoded and scaled vector by vector as it is loaded (load_kv),
  * one scale per vector (a vector never straddles two groups: SDPA_QGROUP_VEC). */
 ALWAYS_INLINE void pv_tile(const int MRMAX, const int MR, const int NV, const int FULL,
-                           const sdpa_dtype dt, const int AT, const pv_chunk_args *a, const float *p,
+                           const sdpa_dtype dt, int AT, const pv_chunk_args *a, const float *p,
                            const float *alpha, float *o, vtail last, int pf) {
     if (MR > MRMAX) /* a switch arm the tile never takes (pv_row_tiles) */
         return;
@@ -665,7 +657,7 @@ ALWAYS_INLINE void pv_tile(const int MRMAX, const int MR, const int NV, const in
  * (the pvq tiles, pv_q), else f32/f16/bf16 (the pv tiles, pv). */
 #define PV_DT(DT) pv_tile(MRMAX, MR, NV, FULL, DT, AT, a, p, alpha, o, last, pf)
 ALWAYS_INLINE void pv_tile_q(const int MRMAX, const int MR, const int NV, const int FULL,
-                             const int QUANT, const int AT, const pv_chunk_args *a, const float *p,
+                             const int QUANT, int AT, const pv_chunk_args *a, const float *p,
                              const float *alpha, float *o, vtail last, int pf) {
     if (QUANT) {
         switch (a->dt) {
@@ -688,7 +680,7 @@ ALWAYS_INLINE void pv_tile_q(const int MRMAX, const int MR, const int NV, const 
  * its decode reads whole vectors unmasked anyway (load_kv), and a second instance of
  * every pvq tile cost more compile time than the masked O loads and stores cost time. */
 ALWAYS_INLINE void pv_tile_dt(const int MRMAX, const int MR, const int NV, const int QUANT,
-                              const int AT, const pv_chunk_args *a, const float *p,
+                              int AT, const pv_chunk_args *a, const float *p,
                               const float *alpha, float *o, vtail last, int pf) {
     if (!V_MASKS_FREE && !QUANT && a->lastw == VL) {
         pv_tile_q(MRMAX, MR, NV, 1, QUANT, AT, a, p, alpha, o, last, pf);
@@ -701,7 +693,7 @@ ALWAYS_INLINE void pv_tile_dt(const int MRMAX, const int MR, const int NV, const
  * left: min(MR, rows left) is 1..MR, so the default cannot be reached. Where
  * PV_PF_WHOLE_ROWS only the first tile prefetches, whole rows (a->pfb), so the others
  * find them in cache; otherwise each prefetches its own columns. */
-ALWAYS_INLINE void pv_span_tiles(const int MR, const int NV, const int QUANT, const int AT,
+ALWAYS_INLINE void pv_span_tiles(const int MR, const int NV, const int QUANT, int AT,
                                  const pv_chunk_args *a) {
     const vtail last = v_tail(a->lastw);
     for (int r0 = 0; r0 < a->m; r0 += MR) {
@@ -746,14 +738,13 @@ ALWAYS_INLINE pv_chunk_args pv_span(const pv_chunk_args *a, int j0, int n) {
 
 static inline size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
 
-/* AT: an instance for rows at addresses (pv_at) and one for rows at a stride (a choice
- * per key cost AVX2's f16 decode 7%). */
+/* AT (rows at addresses, pv_at) is chosen per key, not compiled apart: an instance of
+ * every tile for each doubled the x86 kernels' compile time (35 -> 53 s for avx512.c) to
+ * save 2-6% of decode with K and V in cache and nothing from DRAM
+ * (docs/PERFORMANCE.md, "Paged decode in one call"). */
 ALWAYS_INLINE void pv_row_tiles(const int MR, const int NV, const int QUANT,
                                 const pv_chunk_args *a) {
-    if (!QUANT && a->vat)
-        pv_span_tiles(MR, NV, QUANT, 1, a);
-    else
-        pv_span_tiles(MR, NV, QUANT, 0, a);
+    pv_span_tiles(MR, NV, QUANT, !QUANT && a->vat, a);
 }
 
 /* The pv register tiles, rows x vectors of O, each with its register budget (the
