@@ -84,9 +84,11 @@ $(FUZZ_BUILD)/obj/kernels/scalar/%.o: kernels/scalar/%.c
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_INSTR) -MMD -MP -c $< -o $@
 
+# (with the library build's kernel flags, so a compiler cache serves them from the clang
+# build's objects)
 $(FUZZ_BUILD)/obj/kernels/%.o: kernels/%.c
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) $(SDPA_ISAFLAGS_$(word 2,$(subst /, ,$<))) -MMD -MP -c $< -o $@
+	$(FUZZ_CC) $(KERN_CFLAGS) $(SDPA_ISAFLAGS_$(word 2,$(subst /, ,$<))) -MMD -MP -c $< -o $@
 
 $(FUZZ_BUILD)/sdpa-fuzz: $(FUZZ_SRCS) tests/fuzz/fuzz_core.h common/case.h $(FUZZ_OBJS)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
