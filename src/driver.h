@@ -237,10 +237,12 @@ void finalize_item(const plan *pl, const rows *it, const scratch *w);
 void sdpa_partial_of(float m, float l, float *o, int64_t D, float *lse);
 /* Output row dst (D elements of ot) and *lse_out (if non-NULL) merged from n parts:
  * parts[i] (dts[i], or fp32 when dts is NULL) with lse lses[i], and a value-less part of
- * logit sink (-inf: none); coef holds n floats of scratch. See finalize.c. */
+ * logit sink (-inf: none); coef holds n floats of scratch. A part of lse -inf adds
+ * nothing (a caller's part that saw no key: sdpa_merge) or, with zero_weight (the fused
+ * path's parts, fp32), 0 x its values when the row has weight elsewhere. See finalize.c. */
 void sdpa_merge_row(int n, const void *const *parts, const sdpa_dtype *dts, const float *lses,
-                    float sink, int64_t D, void *dst, sdpa_dtype ot, float *lse_out,
-                    float *coef);
+                    float sink, int zero_weight, int64_t D, void *dst, sdpa_dtype ot,
+                    float *lse_out, float *coef);
 /* Merge item t's split-KV partials into its output rows. */
 void merge_item(const plan *pl, const scratch *w, int64_t t);
 /* Under packed varlen, the view rows no sequence owns: zeros and lse -inf. */

@@ -14,6 +14,13 @@
  *
  *   M = max(max_c lse_c, s_h);  L = sum_c exp(lse_c - M) + exp(s_h - M)
  *   o_r = sum_c (exp(lse_c - M) / L) O_c / l_c,   lse_r = M + log(L)
+ *
+ * A part of the fused path with l_c = 0 has lse_c = -inf, but unlike a caller's empty
+ * part it may have seen keys: every one scored -inf (a weight of 0, not a mask), and its
+ * O_c is the sum of 0 x V over them, 0 or NaN (0 x inf, 0 x NaN). When the row has
+ * weight elsewhere (another part, the sink), o_r adds 0 x O_c, so those NaNs reach the
+ * output as the reference's sum over every visible key puts them there (include/sdpa.h:
+ * a -inf score's value row still multiplies its weight).
  */
 #include <math.h>
 #include <string.h>
@@ -52,8 +59,8 @@ static void store(void *row, int64_t d, sdpa_dtype t, float x) {
 }
 
 void sdpa_merge_row(int n, const void *const *parts, const sdpa_dtype *dts, const float *lses,
-                    float sink, int64_t D, void *dst, sdpa_dtype ot, float *lse_out,
-                    float *coef) {
+                    float sink, int zero_weight, int64_t D, void *dst, sdpa_dtype ot,
+                    float *lse_out, float *coef) {
     float M = sink;
     int nan = isnan(sink);
     for (int i = 0; i < n; i++) {
@@ -80,8 +87,11 @@ void sdpa_merge_row(int n, const void *const *parts, const sdpa_dtype *dts, cons
     for (int64_t d = 0; d < D; d++) {
         float acc = 0.0f;
         for (int i = 0; i < n; i++)
-            if (lses[i] != -INFINITY) /* a part that saw nothing adds nothing, even NaN */
+            if (lses[i] != -INFINITY)
                 acc += coef[i] * sdpa_load_as_f32(parts[i], d, dts ? dts[i] : SDPA_F32);
+            else if (zero_weight) /* the fused path's part of weight 0 (see above) */
+                acc += 0.0f * sdpa_load_as_f32(parts[i], d, SDPA_F32);
+            /* else a caller's part that saw nothing adds nothing, even NaN */
         store(dst, d, ot, acc);
     }
     if (lse_out)
@@ -131,7 +141,7 @@ static void finalize_row(const plan *pl, float m, float l, float *o, float sink,
     float lse1;
     sdpa_partial_of(m, l, o, Dv, &lse1);
     const void *part = o;
-    sdpa_merge_row(1, &part, NULL, &lse1, sink, Dv, dst, p->ot, lse, coef);
+    sdpa_merge_row(1, &part, NULL, &lse1, sink, 1, Dv, dst, p->ot, lse, coef);
 }
 
 /* Output row and lse slot of row r of an item. */
@@ -184,7 +194,8 @@ void merge_item(const plan *pl, const scratch *w, int64_t t) {
         float *lse;
         void *dst = out_row(pl, &it, w, r, &lse);
         const float sink = pl->p.sinks ? pl->p.sinks[w->h[r]] : -INFINITY;
-        sdpa_merge_row(nc, w->parts, NULL, w->lses, sink, pl->p.Dv, dst, pl->p.ot, lse, w->wts);
+        sdpa_merge_row(nc, w->parts, NULL, w->lses, sink, 1, pl->p.Dv, dst, pl->p.ot, lse,
+                       w->wts);
     }
     write_padding(pl, &it, w);
 }

@@ -67,7 +67,7 @@ sdpa_status sdpa_merge(const sdpa_merge_desc *d, const sdpa_tensor *parts,
             }
             void *dst = (char *)o->data +
                         (size_t)(b * o->stride_b + h * o->stride_h + t * o->stride_t) * oes;
-            sdpa_merge_row(n, ptrs, dts, lv, -INFINITY, d->dim, dst, o->dtype,
+            sdpa_merge_row(n, ptrs, dts, lv, -INFINITY, 0, d->dim, dst, o->dtype,
                            lse ? &lse[r] : NULL, coef);
         }
     }

@@ -306,6 +306,59 @@ static void minus_inf_score(void) {
     }
 }
 
+/* Rows whose weight on the keys is exactly 0 while the row still has weight elsewhere:
+ * K rows [0, kneg) are -inf in every dimension against a positive Q, V row 9 is +inf.
+ * With a sink and every key -inf (kneg = Tkv), a row seeing key 9 outputs 0 x inf = NaN
+ * and the others 0; the head without a sink has no weight at all and outputs zeros
+ * (lse -inf). In a long decode the -inf keys fill whole split-KV chunks (a chunk of
+ * weight 0 next to chunks of weight): the row is NaN. */
+static void fill_minus_inf_keys(sc_tensors *t, const sc_case *c, void *ctx) {
+    const int64_t kneg = *(const int64_t *)ctx;
+    for (int64_t h = 0; h < c->Hq; h++)
+        for (int64_t i = 0; i < c->Tq; i++)
+            for (int64_t d = 0; d < c->Dk; d++)
+                sc_at(&t->q, 0, h, i)[d] = 0.25f + 0.5f * fabsf(sc_at(&t->q, 0, h, i)[d]);
+    for (int64_t j = 0; j < kneg; j++)
+        for (int64_t d = 0; d < c->Dk; d++)
+            sc_at(&t->k, 0, 0, j)[d] = -INFINITY;
+    for (int64_t d = 0; d < c->Dv; d++)
+        sc_at(&t->v, 0, 0, 9)[d] = INFINITY;
+}
+
+static void minus_inf_part(void) {
+    { /* sinks: head 0's is finite, head 1 has none */
+        int64_t kneg = 70;
+        const sc_case c = {.B = 1, .Hq = 2, .Hkv = 1, .Tq = 30, .Tkv = 70, .Dk = 8, .Dv = 8,
+                           .causal = 1, .sinks = 1, .seed = seed_of(12, 0, 0)};
+        sc_tensors out;
+        if (th_run_case_with(&c, "-inf scores, sink", fill_minus_inf_keys, &kneg, &out)) {
+            int ok = 1;
+            for (int64_t h = 0; h < c.Hq; h++)
+                for (int64_t i = 0; i < c.Tq; i++)
+                    for (int64_t d = 0; d < c.Dv; d++) {
+                        const float x = sc_at(&out.o, 0, h, i)[d];
+                        ok &= h == 0 && sees(&c, i, 9) ? isnan(x) : x == 0.0f;
+                    }
+            CHECK(ok, "every score -inf with a sink: NaN where a row sees the inf in V "
+                  "(0 x inf), 0 elsewhere; zeros without a sink");
+            sc_tensors_free(&out);
+        }
+    }
+    { /* split-KV decode: the first 2048 of 8192 keys -inf */
+        int64_t kneg = 2048;
+        const sc_case c = {.B = 1, .Hq = 1, .Hkv = 1, .Tq = 1, .Tkv = 8192, .Dk = 8, .Dv = 8,
+                           .seed = seed_of(12, 1, 0)};
+        sc_tensors out;
+        if (th_run_case_with(&c, "-inf scores, split-KV", fill_minus_inf_keys, &kneg, &out)) {
+            int ok = 1;
+            for (int64_t d = 0; d < c.Dv; d++)
+                ok &= isnan(sc_at(&out.o, 0, 0, 0)[d]);
+            CHECK(ok, "split-KV chunks of -inf scores next to chunks of weight: 0 x inf = NaN");
+            sc_tensors_free(&out);
+        }
+    }
+}
+
 typedef struct nan_key {
     int64_t head, row; /* K/V head and key row of the NaN */
     int mask_even;     /* a boolean mask hides the key from even rows */
@@ -1281,6 +1334,7 @@ void suite_extremes(void) {
     scale_huge();
     infinities();
     minus_inf_score();
+    minus_inf_part();
     nan_key_row();
     subnormals();
     logits_1e38();
