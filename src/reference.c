@@ -15,6 +15,7 @@
  */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../kernels/convert.h"
 #include "internal.h"
@@ -53,6 +54,10 @@ static void kv_row(const sdpa_problem *p, int which, int64_t b, int64_t hk, cons
     const sdpa_dtype t = which ? p->vt : p->kt;
     const int64_t D = which ? p->Dv : p->Dk;
     const char *row = sdpa_kv_row(p, which, b, hk, s->kv0, j);
+    if (t == SDPA_F32) {
+        memcpy(out, row, (size_t)D * sizeof(float));
+        return;
+    }
     if (!sdpa_dtype_quantized(t)) {
         for (int64_t d = 0; d < D; d++)
             out[d] = sdpa_load_as_f32(row, d, t);
@@ -117,13 +122,15 @@ sdpa_status sdpa_reference(const sdpa_desc *desc, const sdpa_tensor *q, const sd
     double *score = sdpa_alloc((size_t)p.Tkv * sizeof(double));
     char *keep = sdpa_alloc((size_t)p.Tkv);
     double *acc = sdpa_alloc((size_t)p.Dv * sizeof(double));
+    double *qd = sdpa_alloc((size_t)p.Dk * sizeof(double)); /* the query row's operands */
     /* one K or V row as fp32 values, and its scales */
     const size_t dmax = (size_t)(p.Dk > p.Dv ? p.Dk : p.Dv);
     float *kvr = sdpa_alloc(2 * dmax * sizeof(float));
-    if (!score || !keep || !acc || !kvr) {
+    if (!score || !keep || !acc || !qd || !kvr) {
         sdpa_free(score);
         sdpa_free(keep);
         sdpa_free(acc);
+        sdpa_free(qd);
         sdpa_free(kvr);
         return SDPA_ERR_OUT_OF_MEMORY;
     }
@@ -165,6 +172,9 @@ sdpa_status sdpa_reference(const sdpa_desc *desc, const sdpa_tensor *q, const sd
                 int64_t lo, hi;
                 sdpa_row_range(&p, &s, i, &lo, &hi);
 
+                for (int64_t d = 0; d < p.Dk; d++)
+                    qd[d] = operand(qi, d, qt, bf16);
+
                 /* scores of the visible keys, and their max (NaN never wins) */
                 double mx = -INFINITY;
                 for (int64_t j = lo; j < hi; j++) {
@@ -177,10 +187,10 @@ sdpa_status sdpa_reference(const sdpa_desc *desc, const sdpa_tensor *q, const sd
                     double dot = 0.0;
                     if (bf16) /* two loops: the fp32 one stays as fast as it was */
                         for (int64_t d = 0; d < p.Dk; d++)
-                            dot += operand(qi, d, qt, 1) * operand(kj, d, SDPA_F32, 1);
+                            dot += qd[d] * operand(kj, d, SDPA_F32, 1);
                     else
                         for (int64_t d = 0; d < p.Dk; d++)
-                            dot += operand(qi, d, qt, 0) * operand(kj, d, SDPA_F32, 0);
+                            dot += qd[d] * operand(kj, d, SDPA_F32, 0);
                     double x = (double)p.scale * dot;
                     if (p.softcap > 0.0f)
                         x = (double)p.softcap * tanh(x / (double)p.softcap);
@@ -247,6 +257,7 @@ sdpa_status sdpa_reference(const sdpa_desc *desc, const sdpa_tensor *q, const sd
     sdpa_free(score);
     sdpa_free(keep);
     sdpa_free(acc);
+    sdpa_free(qd);
     sdpa_free(kvr);
     if (desc->stats) {
         const sdpa_stats none = {.isa = SDPA_ISA_AUTO, .threads = 1,

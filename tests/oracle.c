@@ -77,19 +77,21 @@ int th_oracle_visible(const sdpa_desc *d, int64_t b, int64_t h, int64_t i, int64
 /* Row i of sequence b, head h: output row o[Dv], *lse and weights w[Tkv view columns]. */
 static void one_row(const sdpa_desc *d, const sdpa_tensor *q, const sdpa_tensor *k,
                     const sdpa_tensor *v, int64_t vb, int64_t b, int64_t h, int64_t i,
-                    double *sc, double *o, double *lse, double *w) {
+                    double *sc, double *qd, double *o, double *lse, double *w) {
     const seq s = sequence(d, b);
     const int64_t g = d->heads_q / d->heads_kv, hk = h / g, Dk = d->dim_qk, Dv = d->dim_v;
     const float scale = d->scale != 0.0f ? d->scale : (float)(1.0 / sqrt((double)Dk));
     const int64_t dg = diagonal(d, &s, i);
     int any_nan = 0;
     double mx = -INFINITY;
+    for (int64_t x = 0; x < Dk; x++) /* the query row, read once */
+        qd[x] = at(q, vb, h, s.q0 + i, x);
     for (int64_t j = 0; j < s.tkv; j++) {
         if (!th_oracle_visible(d, b, h, i, j))
             continue;
         double dot = 0.0;
         for (int64_t x = 0; x < Dk; x++)
-            dot += at(q, vb, h, s.q0 + i, x) * at(k, vb, hk, s.kv0 + j, x);
+            dot += qd[x] * at(k, vb, hk, s.kv0 + j, x);
         double x = (double)scale * dot;
         if (d->softcap > 0.0f)
             x = (double)d->softcap * tanh(x / (double)d->softcap);
@@ -110,8 +112,10 @@ static void one_row(const sdpa_desc *d, const sdpa_tensor *q, const sdpa_tensor 
     const double mu = mx == -INFINITY ? 0.0 : mx;
     double sum = any_nan ? NAN : exp(sink - mu);
     for (int64_t j = 0; j < s.tkv; j++)
-        if (th_oracle_visible(d, b, h, i, j))
-            sum += exp(sc[j] - mu);
+        if (th_oracle_visible(d, b, h, i, j)) {
+            sc[j] = exp(sc[j] - mu); /* the score's numerator from here on */
+            sum += sc[j];
+        }
     if (sum == 0.0) { /* nothing visible, or every visible score -inf: zeros, -inf */
         *lse = -INFINITY;
         return;
@@ -120,7 +124,7 @@ static void one_row(const sdpa_desc *d, const sdpa_tensor *q, const sdpa_tensor 
     for (int64_t j = 0; j < s.tkv; j++) {
         if (!th_oracle_visible(d, b, h, i, j))
             continue;
-        double wj = exp(sc[j] - mu) / sum;
+        double wj = sc[j] / sum;
         if (d->dropout_p != 0.0f) {
             uint32_t words[4];
             sdpa_dropout_words(d->dropout_seed, b, h, i, j >> 2, words);
@@ -140,7 +144,7 @@ int th_oracle(const sdpa_desc *d, const sdpa_tensor *q, const sdpa_tensor *k,
     const int varlen = d->cu_seqlens_q != NULL;
     const int64_t VB = varlen ? 1 : d->batch, Hq = d->heads_q, Tq = d->len_q, Tkv = d->len_kv;
     const int64_t Dv = d->dim_v;
-    double *sc = malloc((size_t)Tkv * sizeof(double));
+    double *sc = malloc((size_t)(Tkv + d->dim_qk) * sizeof(double)); /* scores, query row */
     if (!sc)
         return 0;
     for (int64_t vb = 0; vb < VB; vb++)
@@ -164,7 +168,7 @@ int th_oracle(const sdpa_desc *d, const sdpa_tensor *q, const sdpa_tensor *k,
                 if (i >= sequence(d, b).tq)
                     continue; /* padding: zeros, -inf, whatever the sinks */
                 /* the weights' columns are keys within the sequence */
-                one_row(d, q, k, v, vb, b, h, i, sc, orow, &lse[row], wrow);
+                one_row(d, q, k, v, vb, b, h, i, sc, sc + Tkv, orow, &lse[row], wrow);
             }
     free(sc);
     return 1;
