@@ -10,19 +10,23 @@
 #   - -cpu max (FEAT_BF16 included) with 2 OpenMP threads: every suite, --quick sweeps,
 #     on the aarch64 tables, neon and neonbf16, one run per table (the neon run takes
 #     ~100 s, the neonbf16 one ~40 s: the once-per-process api and soak suites run in
-#     both). The scalar table is the same C as on x86, where it runs in full; its
+#     both). --no-oracle here and below: the test's double-precision oracle is portable
+#     C that the x86 runs compare every case with; under emulation it took an eighth of
+#     the features and kvcache suites (31 -> 26 s). The scalar table is the same C as on x86, where it runs in full; its
 #     aarch64 build runs in the A72 run below. max is qemu-user's default aarch64 CPU
 #     (qemu 7.2: SDPA_VERBOSE=1 reports hwcap bf16 and neonbf16 usable there), named
 #     anyway so the run keeps FEAT_BF16 whatever another qemu's default is;
 #   - -cpu cortex-a72 (ARMv8.0 only: any newer instruction dies with SIGILL) with 1: the
-#     suites that run every tile function and the driver's paths (api, seeds, sweep,
+#     suites that run every tile function and the driver's main paths (api, seeds,
 #     layout, skip, traps, ukernel) on scalar and neon, --quick: its job is to show the
 #     baseline tables run on a core without the newer features; neonbf16 is reported not
-#     usable there and none of its code runs;
+#     usable there and none of its code runs. Not sweep (31 s under emulation): the
+#     -cpu max run sweeps neon, x86 sweeps the scalar table's C, and the same code on
+#     ARMv8.0 is what the suites here already execute;
 #   - sdpa-run --check (plain C, no Google Benchmark) on both CPUs, and in the bf16
-#     compute mode on neonbf16.
-# Emulated times mean nothing. Debian packages: gcc-aarch64-linux-gnu libgomp1-arm64-cross
-# qemu-user.
+#     compute mode on neonbf16, one timed call each (--repeat 1: emulated times mean
+#     nothing, and five calls of the bf16 mode took 57 s of CPU).
+# Debian packages: gcc-aarch64-linux-gnu libgomp1-arm64-cross qemu-user.
 AARCH64_CC   ?= aarch64-linux-gnu-gcc
 QEMU_AARCH64 ?= qemu-aarch64 -L /usr/aarch64-linux-gnu
 AARCH64_RUN  := build-aarch64/sdpa-run
@@ -34,16 +38,18 @@ aarch64-build:
 	$(MAKE) CC=$(AARCH64_CC) BUILD=build-aarch64 build-aarch64/sdpa-test \
 	  build-aarch64/sdpa-demo $(AARCH64_RUN)
 aarch64-suite-neon aarch64-suite-neonbf16: aarch64-suite-%: aarch64-build
-	OMP_NUM_THREADS=2 $(QEMU_AARCH64) -cpu max build-aarch64/sdpa-test --quick --isa $*
+	OMP_NUM_THREADS=2 $(QEMU_AARCH64) -cpu max build-aarch64/sdpa-test --quick --no-oracle \
+	  --isa $*
 aarch64-suite-a72: aarch64-build
 	OMP_NUM_THREADS=1 $(QEMU_AARCH64) -cpu cortex-a72 build-aarch64/sdpa-test --quick \
-	  --isa scalar,neon api seeds sweep layout skip traps ukernel
+	  --no-oracle \
+	  --isa scalar,neon api seeds layout skip traps ukernel
 aarch64-run-max: aarch64-build
-	$(QEMU_AARCH64) -cpu max $(AARCH64_RUN) --check
+	$(QEMU_AARCH64) -cpu max $(AARCH64_RUN) --check --repeat 1
 aarch64-run-bf16: aarch64-build
-	$(QEMU_AARCH64) -cpu max $(AARCH64_RUN) --check --isa neonbf16 --compute bf16
+	$(QEMU_AARCH64) -cpu max $(AARCH64_RUN) --check --repeat 1 --isa neonbf16 --compute bf16
 aarch64-run-a72: aarch64-build
-	$(QEMU_AARCH64) -cpu cortex-a72 $(AARCH64_RUN) --check --isa neon --threads 1
+	$(QEMU_AARCH64) -cpu cortex-a72 $(AARCH64_RUN) --check --repeat 1 --isa neon --threads 1
 test-aarch64: $(AARCH64_SUITES)
 
 # ---- hardening: fuzzing, sanitizers, valgrind -----------------------------------------
@@ -145,7 +151,9 @@ tsan:
 # Scalar's features and extremes (67 s and 25 s under valgrind, the rest of its suites
 # 40 s, avx2's 63 s) are a target of their own, first, so -j2 runs them beside the
 # others. VALGRIND_BUILD=build reuses the default build where its flags are the same
-# (CI).
+# (CI). --no-oracle: memcheck's job is the library's memory, and the test's own double-
+# precision oracle took a sixth of the scalar features suite under valgrind (60 -> 50
+# s); the native runs compare every case with it.
 VALGRIND_BUILD  ?= build-vg
 VALGRIND_ISAS   ?= scalar avx2
 VALGRIND_SUITES ?= api seeds layout skip traps broken ukernel features layer extremes \
@@ -153,7 +161,8 @@ VALGRIND_SUITES ?= api seeds layout skip traps broken ukernel features layer ext
 VALGRIND_DRIVER_SUITES := features extremes
 VALGRIND_RUN = SDPA_ISA=$(1) OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive valgrind -q \
   --error-exitcode=99 --leak-check=full --show-leak-kinds=definite \
-  --errors-for-leak-kinds=definite ./$(VALGRIND_BUILD)/sdpa-test --quick --isa $(1) $(2)
+  --errors-for-leak-kinds=definite ./$(VALGRIND_BUILD)/sdpa-test --quick --no-oracle \
+  --isa $(1) $(2)
 valgrind: $(if $(filter scalar,$(VALGRIND_ISAS)),valgrind-scalar-drivers) \
           $(addprefix valgrind-isa-,$(VALGRIND_ISAS))
 valgrind-build:

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-int th_passed, th_failed, th_verbose;
+int th_passed, th_failed, th_verbose, th_oracle_on = 1;
 double th_worst_abs, th_worst_rel;
 sdpa_isa th_isa = SDPA_ISA_SCALAR;
 
@@ -167,7 +167,7 @@ int th_run_case_with(const sc_case *c, const char *label, th_fill_fn fill, void 
         /* the oracle reads plain views only; cache cases (paged, quantized) meet the
          * reference, whose dequantization is its own (src/reference.c) */
         const int cache = f.desc.pages.block_table || f.desc.k_scales.data || f.desc.v_scales.data;
-        if (work <= (double)ORACLE_WORK_MAX && !cache) {
+        if (th_oracle_on && work <= (double)ORACLE_WORK_MAX && !cache) {
             const sc_error eo = th_compare_oracle(c, &f);
             ok &= th_check(eo.bad == 0, "th_run_case",
                            "%s [%s]: against the independent oracle max_abs=%.3g max_rel=%.3g "

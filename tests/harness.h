@@ -21,6 +21,10 @@
 
 extern int th_passed, th_failed;
 extern int th_verbose;
+/* 0 under --no-oracle: th_run_case skips its comparison with the oracle (runs whose
+ * job is another check, memcheck or an emulated CPU, of the same portable C that the
+ * native runs compare with the oracle). */
+extern int th_oracle_on;
 
 /* Record one check; on failure print "FAIL <where>: <message>". Returns cond. */
 int th_check(int cond, const char *where, const char *fmt, ...)

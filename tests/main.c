@@ -3,7 +3,10 @@
  * host can run), says which ISAs ran and which were skipped and why, and ends with
  * "N passed, N failed". Exit status 0 only when nothing failed.
  *
- *   sdpa-test [-v] [--quick] [--isa NAME[,NAME...]] [SUITE...]
+ *   sdpa-test [-v] [--quick] [--no-oracle] [--isa NAME[,NAME...]] [SUITE...]
+ *
+ * --no-oracle: th_run_case compares with the reference only, not also with the
+ * independent oracle (harness.h); for memcheck and emulated runs (mk/dev.mk).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,7 +59,8 @@ static double now(void) {
 }
 
 static int usage(void) {
-    fprintf(stderr, "usage: sdpa-test [-v] [--quick] [--isa NAME[,NAME...]] [SUITE...]\nsuites:");
+    fprintf(stderr, "usage: sdpa-test [-v] [--quick] [--no-oracle] [--isa NAME[,NAME...]] "
+                    "[SUITE...]\nsuites:");
     for (int i = 0; i < NSUITES; i++)
         fprintf(stderr, " %s", suites[i].name);
     fprintf(stderr, "\n");
@@ -84,6 +88,8 @@ int main(int argc, char **argv) {
             th_verbose = 1;
         } else if (strcmp(argv[a], "--quick") == 0) {
             th_quick = 1;
+        } else if (strcmp(argv[a], "--no-oracle") == 0) {
+            th_oracle_on = 0;
         } else if (strcmp(argv[a], "--isa") == 0 && a + 1 < argc) {
             only_isa = argv[++a];
         } else {
