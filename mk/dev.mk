@@ -81,7 +81,7 @@ FUZZ_CFLAGS  := -std=c11 -D_DEFAULT_SOURCE $(WARN) $(CFLAGS) -fopenmp -Iinclude
 FUZZ_OBJS    := $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(LIB_SRCS))
 FUZZ_SRCS    := tests/fuzz/fuzz_main.c tests/fuzz/fuzz_core.c common/case.c tests/oracle.c
 
-.PHONY: fuzz fuzz-isas fuzz-corpus tsan valgrind valgrind-build valgrind-scalar-drivers
+.PHONY: fuzz fuzz-isas fuzz-corpus tsan valgrind valgrind-build
 $(FUZZ_BUILD)/obj/src/%.o: src/%.c
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_INSTR) $(ISA_DEFS) -MMD -MP -c $< -o $@
@@ -148,12 +148,14 @@ tsan:
 # SIMD tables also not features and extremes, whose cases reach the driver's paths
 # (masks, lengths, modifiers, special values), which the scalar run covers, while its
 # ukernel, seeds, layout and layer suites reach every tile function of the table.
-# Scalar's features and extremes (67 s and 25 s under valgrind, the rest of its suites
-# 40 s, avx2's 63 s) are a target of their own, first, so -j2 runs them beside the
-# others. VALGRIND_BUILD=build reuses the default build where its flags are the same
-# (CI). --no-oracle: memcheck's job is the library's memory, and the test's own double-
-# precision oracle took a sixth of the scalar features suite under valgrind (60 -> 50
-# s); the native runs compare every case with it.
+# Scalar's features and extremes are targets of their own, started in the order that
+# lets -j2 finish both halves together: under valgrind avx2's run takes 71 s, scalar's
+# features 50 s, the rest of scalar 43 s and its extremes 23 s, so avx2 beside features,
+# then scalar's rest, then extremes (about 95 s in all). VALGRIND_BUILD=build reuses the
+# default build where its flags are the same (CI). --no-oracle: memcheck's job is the
+# library's memory, and the test's own double-precision oracle took a sixth of the
+# scalar features suite under valgrind (60 -> 50 s); the native runs compare every case
+# with it.
 VALGRIND_BUILD  ?= build-vg
 VALGRIND_ISAS   ?= scalar avx2
 VALGRIND_SUITES ?= api seeds layout skip traps broken ukernel features layer extremes \
@@ -163,12 +165,15 @@ VALGRIND_RUN = SDPA_ISA=$(1) OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive valgrind 
   --error-exitcode=99 --leak-check=full --show-leak-kinds=definite \
   --errors-for-leak-kinds=definite ./$(VALGRIND_BUILD)/sdpa-test --quick --no-oracle \
   --isa $(1) $(2)
-valgrind: $(if $(filter scalar,$(VALGRIND_ISAS)),valgrind-scalar-drivers) \
-          $(addprefix valgrind-isa-,$(VALGRIND_ISAS))
+VALGRIND_DRIVERS := $(if $(filter scalar,$(VALGRIND_ISAS)),$(addprefix valgrind-scalar-,\
+                      $(filter $(VALGRIND_DRIVER_SUITES),$(VALGRIND_SUITES))))
+valgrind: $(addprefix valgrind-isa-,$(filter-out scalar,$(VALGRIND_ISAS))) \
+          $(firstword $(VALGRIND_DRIVERS)) $(if $(filter scalar,$(VALGRIND_ISAS)),valgrind-isa-scalar) \
+          $(wordlist 2,$(words $(VALGRIND_DRIVERS)),$(VALGRIND_DRIVERS))
 valgrind-build:
 	$(MAKE) BUILD=$(VALGRIND_BUILD) $(VALGRIND_BUILD)/sdpa-test
-valgrind-scalar-drivers: valgrind-build
-	$(call VALGRIND_RUN,scalar,$(filter $(VALGRIND_DRIVER_SUITES),$(VALGRIND_SUITES)))
+valgrind-scalar-%: valgrind-build
+	$(call VALGRIND_RUN,scalar,$*)
 valgrind-isa-%: valgrind-build
 	$(call VALGRIND_RUN,$*,$(filter-out $(VALGRIND_DRIVER_SUITES),$(VALGRIND_SUITES)))
 
