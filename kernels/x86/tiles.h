@@ -600,6 +600,33 @@ static void pvq_chunk(int nv, const pv_chunk_args *a);
  * as qk_rows does for K. A
  * quantized V (pv_q) is decoded and scaled vector by vector as it is loaded (load_kv),
  * one scale per vector (a vector never straddles two groups: SDPA_QGROUP_VEC). */
+/* pv_tile's keys need no prefetch and lie at one stride (many rows: prefill): they
+ * run in a loop of their own, free of the other's per-key tests and address moves.
+ * Where the FMA pipes are the limit those took slots from them: with 2 FMA ports of
+ * full-width AVX-512 (Intel) pv_6x4v ran at 70% of the peak in one loop, 83% in two,
+ * 86% with FULL as well (docs/PERFORMANCE.md, "The Intel host"). */
+static inline int pv_plain(int AT, const pv_chunk_args *a, int pf) {
+    return !AT && !a->pfrun && pf <= 0;
+}
+
+/* One key of pv_tile: the NV vectors of V's row at vj (a quantized V's scales at sj)
+ * times column j of the tile's MR rows of P, added to acc. */
+ALWAYS_INLINE void pv_key(const int MR, const int NV, const int FULL, const sdpa_dtype dt,
+                          const pv_chunk_args *a, const char *vj, const char *sj,
+                          const float *p, int ldp, int j, vtail last, vf *acc) {
+    vf vv[8];
+    UNROLL_FULL
+    for (int c = 0; c < NV; c++) {
+        const int whole = c < NV - 1 || FULL;
+        vv[c] = load_kv(vj, VL * c, dt, whole ? v_full() : last, whole ? VL : a->lastw,
+                        dt_quant(dt) ? scale_at(sj, a->goff[c], a->f16) : v_zero());
+    }
+    UNROLL_FULL
+    for (int k = 0; k < MR * NV; k++)
+        acc[k] = v_fmadd(v_bcast(p + (size_t)(k / NV) * (size_t)ldp + (size_t)j), vv[k % NV],
+                         acc[k]);
+}
+
 ALWAYS_INLINE void pv_tile(const int MRMAX, const int MR, const int NV, const int FULL,
                            const sdpa_dtype dt, int AT, const pv_chunk_args *a, const float *p,
                            const float *alpha, float *o, vtail last, int pf) {
@@ -613,7 +640,7 @@ ALWAYS_INLINE void pv_tile(const int MRMAX, const int MR, const int NV, const in
      * that the compiler unrolls in full before it promotes the arrays to registers
      * (nested loops in a tile function with many instances left clang 14 with the
      * accumulators in memory). The largest tiles: 24 accumulators, 8 vectors. */
-    vf acc[24], vv[8];
+    vf acc[24];
     UNROLL_FULL
     for (int k = 0; k < MR * NV; k++) {
         const int c = k % NV;
@@ -622,25 +649,23 @@ ALWAYS_INLINE void pv_tile(const int MRMAX, const int MR, const int NV, const in
         if (alpha)
             acc[k] = acc[k] * v_set1(alpha[k / NV]);
     }
-    for (int j = 0; j < n; j++) {
-        const char *vj = AT ? a->vat[j] + a->voff : v + (size_t)j * ldvb;
-        if (a->pfrun) {
-            if (pf > 0 && j < a->pfn)
-                prefetch_row(a->pfrun + (size_t)j * ldvb, pfb);
-        } else if (pf > 0 && j + pf < a->pfend) {
-            prefetch_row(AT ? a->vat[j + pf] + a->voff : vj + (size_t)pf * ldvb, pfb);
+    /* with V_MASKS_FREE, pv_tile_dt runs FULL instances on plain keys only: they hold
+     * no second loop */
+    if ((V_MASKS_FREE && FULL) || (!dt_quant(dt) && pv_plain(AT, a, pf))) {
+        for (int j = 0; j < n; j++)
+            pv_key(MR, NV, FULL, dt, a, v + (size_t)j * ldvb, NULL, p, ldp, j, last, acc);
+    } else {
+        for (int j = 0; j < n; j++) {
+            const char *vj = AT ? a->vat[j] + a->voff : v + (size_t)j * ldvb;
+            if (a->pfrun) {
+                if (pf > 0 && j < a->pfn)
+                    prefetch_row(a->pfrun + (size_t)j * ldvb, pfb);
+            } else if (pf > 0 && j + pf < a->pfend) {
+                prefetch_row(AT ? a->vat[j + pf] + a->voff : vj + (size_t)pf * ldvb, pfb);
+            }
+            const char *sj = dt_quant(dt) ? a->sc + (int64_t)j * a->ldscb : NULL;
+            pv_key(MR, NV, FULL, dt, a, vj, sj, p, ldp, j, last, acc);
         }
-        const char *sj = dt_quant(dt) ? a->sc + (int64_t)j * a->ldscb : NULL;
-        UNROLL_FULL
-        for (int c = 0; c < NV; c++) {
-            const int whole = c < NV - 1 || FULL;
-            vv[c] = load_kv(vj, VL * c, dt, whole ? v_full() : last, whole ? VL : a->lastw,
-                            dt_quant(dt) ? scale_at(sj, a->goff[c], a->f16) : v_zero());
-        }
-        UNROLL_FULL
-        for (int k = 0; k < MR * NV; k++)
-            acc[k] = v_fmadd(v_bcast(p + (size_t)(k / NV) * (size_t)ldp + (size_t)j), vv[k % NV],
-                             acc[k]);
     }
     UNROLL_FULL
     for (int k = 0; k < MR * NV; k++) {
@@ -675,14 +700,17 @@ ALWAYS_INLINE void pv_tile_q(const int MRMAX, const int MR, const int NV, const 
 }
 #undef PV_DT
 
-/* pv_tile with FULL and the storage type as constants. Without V_MASKS_FREE a chunk
- * with no Dv tail runs an instance with no masks at all (FULL), except on a quantized V:
- * its decode reads whole vectors unmasked anyway (load_kv), and a second instance of
- * every pvq tile cost more compile time than the masked O loads and stores cost time. */
+/* pv_tile with FULL and the storage type as constants. A chunk with no Dv tail runs an
+ * instance with no masks at all (FULL): without V_MASKS_FREE always, with it on plain
+ * keys (pv_plain: prefill's loop, where the masked loads cost 1-3% on Intel; an
+ * instance of the decode loop besides would add half again to the file's compile time
+ * for nothing measurable). Never on a quantized V: its decode reads whole vectors
+ * unmasked anyway (load_kv), and a second instance of every pvq tile cost more compile
+ * time than the masked O loads and stores cost time. */
 ALWAYS_INLINE void pv_tile_dt(const int MRMAX, const int MR, const int NV, const int QUANT,
                               int AT, const pv_chunk_args *a, const float *p,
                               const float *alpha, float *o, vtail last, int pf) {
-    if (!V_MASKS_FREE && !QUANT && a->lastw == VL) {
+    if (!QUANT && a->lastw == VL && (!V_MASKS_FREE || pv_plain(AT, a, pf))) {
         pv_tile_q(MRMAX, MR, NV, 1, QUANT, AT, a, p, alpha, o, last, pf);
         return;
     }

@@ -32,9 +32,9 @@ typedef __m256i vh;      /* VL 16-bit values (f16 or bf16 storage) */
 typedef __mmask16 vmask; /* a lane predicate, from a comparison */
 typedef __mmask16 vtail; /* lanes [0, n) of a vector: a row's tail */
 
-/* VL floats per vector. V_MASKS_FREE: a k-masked load or store costs what a plain one
- * does, so the tiles need no separate unmasked instance for full vectors (vec_avx2.h has
- * the opposite). */
+/* VL floats per vector. V_MASKS_FREE: a k-masked load or store costs about what a
+ * plain one does, so the tiles need no separate unmasked instance for full vectors
+ * except in prefill's pv loop (tiles.h, pv_tile_dt; vec_avx2.h has the opposite). */
 enum { VL = 16, V_MASKS_FREE = 1 };
 
 /* Unrolling by the lanes of a vector, for loops of at most VL iterations (a tail's
