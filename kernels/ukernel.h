@@ -57,17 +57,15 @@
  * within their call and, where the driver says the rows go on (npf below), past its
  * end into the next call's, so the prefetches run as one stream across the blocks (in a
  * paged cache, the driver names the page about this many bytes on, pf below, which the
- * kernel prefetches in step with its own rows); the driver prefetches the first this-many bytes of a block itself only where no call
- * streamed into it (a unit's first block, after a masked block). At least one 4 KiB
- * page: the hardware prefetchers stop at page boundaries, so the software prefetch
- * covers the page the core reaches next. Into L1 (sdpa_prefetch_l1: src/dispatch.c
- * decides from the L1 data cache's size) one page, since a longer lookahead evicts the
- * block being read; into L2, which holds both many times over, two: measured
- * (docs/PERFORMANCE.md, "Kernel measurements", "Decode prefetching"), 4 KiB into L1
- * best on AMD Zen 5 (48 KiB L1D; 2 and 8 KiB slower), 8 KiB into L2 on AMD Zen 4 (32 KiB
- * L1D; 4 KiB slower, 16 KiB no faster). */
+ * kernel prefetches in step with its own rows); the driver prefetches the first
+ * this-many bytes of a block itself only where no call streamed into it (a unit's
+ * first block, after a masked block). Into L1 or L2 (sdpa_prefetch_l1) and how far
+ * (sdpa_prefetch_ahead) src/dispatch.c decides once from CPUID, with the measurements:
+ * 8 KiB into L2 where the L1D is small (a longer lookahead into L1 evicts the block
+ * being read), else into L1, 4 KiB on AMD and 2 KiB on Intel. */
 extern int sdpa_prefetch_l1;
-#define SDPA_PREFETCH_AHEAD (sdpa_prefetch_l1 ? 4096 : 8192)
+extern int sdpa_prefetch_ahead;
+#define SDPA_PREFETCH_AHEAD sdpa_prefetch_ahead
 
 /* The scale groups qk_rows_q and pv_q take besides one per row: multiples of this, a
  * multiple of every table's vector length (16 floats on AVX-512, 8 on AVX2, 4 on NEON),
