@@ -591,15 +591,6 @@ static void pv_chunk(int nv, const pv_chunk_args *a);
  * pvq tiles below. */
 static void pvq_chunk(int nv, const pv_chunk_args *a);
 
-/* O[0..MR)[VL NV columns] = alpha O + P V over n keys, for one chunk of NV vectors of
- * Dv (the last one masked by `last` unless FULL), V stored as dt and widened as it is
- * loaded. The O tile stays in registers for the whole key loop: per key, NV V loads
- * (masked at the Dv tail: caller memory; 16-bit V: NV conversions besides) and MR P
- * broadcasts feed MR NV FMAs. With pf > 0 (decode: V streams from DRAM) pfb bytes of
- * the row pf keys ahead, below a->pfend (n and the npf rows past it), are prefetched,
- * as qk_rows does for K. A
- * quantized V (pv_q) is decoded and scaled vector by vector as it is loaded (load_kv),
- * one scale per vector (a vector never straddles two groups: SDPA_QGROUP_VEC). */
 /* pv_tile's keys need no prefetch and lie at one stride (many rows: prefill): they
  * run in a loop of their own, free of the other's per-key tests and address moves.
  * Where the FMA pipes are the limit those took slots from them: with 2 FMA ports of
@@ -627,6 +618,15 @@ ALWAYS_INLINE void pv_key(const int MR, const int NV, const int FULL, const sdpa
                          acc[k]);
 }
 
+/* O[0..MR)[VL NV columns] = alpha O + P V over n keys, for one chunk of NV vectors of
+ * Dv (the last one masked by `last` unless FULL), V stored as dt and widened as it is
+ * loaded. The O tile stays in registers for the whole key loop: per key, NV V loads
+ * (masked at the Dv tail: caller memory; 16-bit V: NV conversions besides) and MR P
+ * broadcasts feed MR NV FMAs. With pf > 0 (decode: V streams from DRAM) pfb bytes of
+ * the row pf keys ahead, below a->pfend (n and the npf rows past it), are prefetched,
+ * as qk_rows does for K. A
+ * quantized V (pv_q) is decoded and scaled vector by vector as it is loaded (load_kv),
+ * one scale per vector (a vector never straddles two groups: SDPA_QGROUP_VEC). */
 ALWAYS_INLINE void pv_tile(const int MRMAX, const int MR, const int NV, const int FULL,
                            const sdpa_dtype dt, int AT, const pv_chunk_args *a, const float *p,
                            const float *alpha, float *o, vtail last, int pf) {
