@@ -37,13 +37,14 @@ static inline int min_int(int a, int b) { return a < b ? a : b; }
 static inline size_t elem_bytes(sdpa_dtype dt) { return dt == SDPA_F32 ? 4 : 2; }
 
 /* Lines [0, nb) bytes of a row of caller memory into the cache, ahead of its use: see
- * SDPA_PREFETCH_AHEAD in ukernel.h. Into L1 (x86 prefetcht0, Arm PRFM PLDL1KEEP) or L2
- * (prefetcht1, PLDL2KEEP) as sdpa_prefetch_l1 says, which src/dispatch.c sets once from
- * the L1 data cache's size (its comment has the measurements). Unrolled (in full where
+ * SDPA_PREFETCH_AHEAD in ukernel.h. Into L1 (x86 prefetcht0, Arm PRFM PLDL1KEEP) where
+ * l1, else L2 (prefetcht1, PLDL2KEEP): sdpa_prefetch_l1 for a stream's rows,
+ * sdpa_prefetch_at_l1 for rows at addresses, which src/dispatch.c sets once from CPUID
+ * (its comment has the measurements). Unrolled (in full where
  * nb is a constant), because a loop around each prefetch was slower in decode, where the
  * prefetches are what the loads wait on (docs/PERFORMANCE.md, "Kernel measurements"). */
-ALWAYS_INLINE void prefetch_row(const char *row, size_t nb) {
-    if (sdpa_prefetch_l1) {
+ALWAYS_INLINE void prefetch_row_to(const char *row, size_t nb, int l1) {
+    if (l1) {
         _Pragma("GCC unroll 16")
         for (size_t b = 0; b < nb; b += 64) /* 64-byte lines */
             __builtin_prefetch(row + b, 0, 3);
@@ -52,6 +53,11 @@ ALWAYS_INLINE void prefetch_row(const char *row, size_t nb) {
         for (size_t b = 0; b < nb; b += 64)
             __builtin_prefetch(row + b, 0, 2);
     }
+}
+
+/* prefetch_row into L1 or L2 as sdpa_prefetch_l1 says (a stream's rows). */
+ALWAYS_INLINE void prefetch_row(const char *row, size_t nb) {
+    prefetch_row_to(row, nb, sdpa_prefetch_l1);
 }
 
 #endif /* SDPA_SIMD_H */

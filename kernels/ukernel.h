@@ -66,6 +66,13 @@
 extern int sdpa_prefetch_l1;
 extern int sdpa_prefetch_ahead;
 #define SDPA_PREFETCH_AHEAD sdpa_prefetch_ahead
+/* Rows read at addresses (qk_rows_at, pv_at: a paged cache's rows, whose pages no
+ * hardware prefetcher follows) are prefetched into L1 or L2 as sdpa_prefetch_at_l1 says,
+ * this many bytes of rows ahead: the same as a stream's except where the stream's own
+ * distance leans on the hardware prefetchers (src/dispatch.c has the measurements). */
+extern int sdpa_prefetch_at_l1;
+extern int sdpa_prefetch_at_ahead;
+#define SDPA_PREFETCH_AT_AHEAD sdpa_prefetch_at_ahead
 
 /* The scale groups qk_rows_q and pv_q take besides one per row: multiples of this, a
  * multiple of every table's vector length (16 floats on AVX-512, 8 on AVX2, 4 on NEON),

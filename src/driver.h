@@ -219,8 +219,8 @@ const char *kv_page_ahead(const plan *pl, const rows *it, int which, int64_t j, 
                           int *n);
 vrows kv_block(const plan *pl, const rows *it, const scratch *w, int which, int64_t j0, int n);
 /* Most rows past a block whose addresses kv_rows_at lists for qk_rows_at / pv_at to
- * prefetch: the kernels' distance (SDPA_PREFETCH_AHEAD) is 17 rows of fp32 at D = 128 and
- * 33 of f16 on an L2-prefetching core; shorter rows are prefetched fewer rows ahead. */
+ * prefetch: the kernels' distance for them (SDPA_PREFETCH_AT_AHEAD) is at most 17 rows of
+ * fp32 at D = 128 and 33 of f16 (8 KiB); shorter rows are prefetched fewer rows ahead. */
 #define KV_AT_AHEAD_MAX 64
 /* The addresses of rows [j0, j0 + n) of K (which 0) or V (1) of the item's head, and of
  * the next of the unit's rows up to end (at most KV_AT_AHEAD_MAX and the kernels'

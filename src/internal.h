@@ -251,9 +251,10 @@ void sdpa_cpu_x86(sdpa_x86_cpu *f);
 
 /* sdpa_prefetch_l1 and sdpa_prefetch_ahead (kernels/ukernel.h): where the decode kernels
  * prefetch rows ahead (kernels/simd.h prefetch_row, the driver's block heads), 1 into
- * L1, 0 into L2, and how many bytes of rows ahead (SDPA_PREFETCH_AHEAD). Set once at the
- * first use of the library (dispatch.c) from the L1 data cache's size and the vendor,
- * read-only afterwards. */
+ * L1, 0 into L2, and how many bytes of rows ahead (SDPA_PREFETCH_AHEAD);
+ * sdpa_prefetch_at_l1 and sdpa_prefetch_at_ahead the same for rows read at addresses
+ * (paged). Set once at the first use of the library (dispatch.c) from the L1 data
+ * cache's size and the vendor, read-only afterwards. */
 
 /* The fused driver on a validated problem with an explicit table. */
 sdpa_status sdpa_forward_with(const sdpa_kernels *kt, const sdpa_problem *p,

@@ -208,7 +208,7 @@ int kv_rows_at(const plan *pl, const rows *it, int which, int64_t j0, int n, int
     const int64_t *st = which ? p->vs : p->ks;
     const int64_t eb = sdpa_kv_bits(which ? p->vt : p->kt) / 8; /* f32/f16/bf16 only */
     const int64_t rowb = (which ? p->Dv : p->Dk) * eb;
-    const int64_t ahead = min64(KV_AT_AHEAD_MAX, (int64_t)SDPA_PREFETCH_AHEAD / rowb + 1);
+    const int64_t ahead = min64(KV_AT_AHEAD_MAX, (int64_t)SDPA_PREFETCH_AT_AHEAD / rowb + 1);
     const int64_t stop = min64(end, j0 + n + ahead), P = p->pages.page_size;
     const int32_t *table = p->pages.block_table + it->b * p->pages.stride;
     const char *head = (const char *)(which ? p->v : p->k) + it->hk * st[1] * eb;

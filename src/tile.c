@@ -131,10 +131,10 @@ static int rows_at(const plan *pl, const rows *it, int which, int64_t j0, int n,
         const sdpa_problem *p = &pl->p;
         const size_t bytes =
             (size_t)((which ? p->Dv : p->Dk) * sdpa_kv_bits(which ? p->vt : p->kt) / 8);
-        const int nr = (int)min64(n, (int64_t)(SDPA_PREFETCH_AHEAD / bytes) + 1);
+        const int nr = (int)min64(n, (int64_t)(SDPA_PREFETCH_AT_AHEAD / bytes) + 1);
         for (int j = 0; j < nr; j++)
             for (size_t off = 0; off < bytes; off += 64) { /* as prefetch_head */
-                if (sdpa_prefetch_l1)
+                if (sdpa_prefetch_at_l1)
                     __builtin_prefetch((const char *)at[j] + off, 0, 3);
                 else
                     __builtin_prefetch((const char *)at[j] + off, 0, 2);

@@ -355,7 +355,7 @@ ALWAYS_INLINE void qkr_rows(const int R, const sdpa_dtype dt, int AT, int n, int
                             const char *sc, int64_t ldscb, int f16, int group, float *s,
                             int lds, int npf, const char *pf, const char *const *kat) {
     const size_t rowb = dt_bytes(dt, (size_t)dk);
-    const int ahead = (int)(SDPA_PREFETCH_AHEAD / rowb) + 1;
+    const int ahead = (int)((AT ? SDPA_PREFETCH_AT_AHEAD : SDPA_PREFETCH_AHEAD) / rowb) + 1;
     const int pfend = n + min_int(npf, ahead); /* rows below it may be prefetched */
     const vf vs = v_set1(scale);
     vf t[QKR_ROWS_MAX * VL];
@@ -369,7 +369,7 @@ ALWAYS_INLINE void qkr_rows(const int R, const sdpa_dtype dt, int AT, int n, int
                     prefetch_row(pf + (size_t)pj * ldkb, rowb);
             else if (AT)
                 for (int pj = j0 + jj + ahead; pj < j0 + jj + ahead + 2 && pj < pfend; pj++)
-                    prefetch_row(kat[pj], rowb);
+                    prefetch_row_to(kat[pj], rowb, sdpa_prefetch_at_l1);
             else
                 for (int pj = jj + ahead; pj < jj + ahead + 2 && j0 + pj < pfend; pj++)
                     prefetch_row(ks + (size_t)pj * ldkb, rowb);
@@ -661,7 +661,10 @@ ALWAYS_INLINE void pv_tile(const int MRMAX, const int MR, const int NV, const in
                 if (pf > 0 && j < a->pfn)
                     prefetch_row(a->pfrun + (size_t)j * ldvb, pfb);
             } else if (pf > 0 && j + pf < a->pfend) {
-                prefetch_row(AT ? a->vat[j + pf] + a->voff : vj + (size_t)pf * ldvb, pfb);
+                if (AT)
+                    prefetch_row_to(a->vat[j + pf] + a->voff, pfb, sdpa_prefetch_at_l1);
+                else
+                    prefetch_row(vj + (size_t)pf * ldvb, pfb);
             }
             const char *sj = dt_quant(dt) ? a->sc + (int64_t)j * a->ldscb : NULL;
             pv_key(MR, NV, FULL, dt, a, vj, sj, p, ldp, j, last, acc);
@@ -852,7 +855,7 @@ ALWAYS_INLINE void pv_chunks(const int QUANT, int m, int n, int dv, const float 
     const int wide = QUANT || m <= PV_WIDE_M;
     const int cmax = QUANT ? (m <= PVQ_FEW_M ? PVQ_CMAX_FEW : PVQ_CMAX)
                      : wide ? PV_WIDE_CMAX : PV_CMAX;
-    const int ahead = (int)(SDPA_PREFETCH_AHEAD / rowb) + 1;
+    const int ahead = (int)((vat ? SDPA_PREFETCH_AT_AHEAD : SDPA_PREFETCH_AHEAD) / rowb) + 1;
     const int pf = wide || npf > 0 || pfv ? ahead : 0;
     const int nchunk = (nvec + cmax - 1) / cmax;
     int c0 = 0;
