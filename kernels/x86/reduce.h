@@ -24,6 +24,34 @@ ALWAYS_INLINE vf combine(vf a, vf b, const int is_max) {
     return a + b;
 }
 
+/* The rounds of the tree below: log2 VL, each halving the vectors. */
+enum { TREE_ROUNDS = 2 + LANE_ROUNDS };
+
+/* Round `round` of the tree on v[0..2 n): v[i] for i < n becomes the combination of
+ * v[2 i] and v[2 i + 1] (round 0: lane pairs, [A0 B0 A1 B1] per 128-bit lane; 1: [A B
+ * C D] per 128-bit lane; then across the 128-bit lanes). */
+ALWAYS_INLINE void tree_round(vf *v, const int n, const int round, const int is_max) {
+    UNROLL_FULL
+    for (int i = 0; i < n; i++) {
+        const vf a = v[2 * i], b = v[2 * i + 1];
+        if (round == 0)
+            v[i] = combine(v_unpacklo(a, b), v_unpackhi(a, b), is_max);
+        else if (round == 1)
+            v[i] = combine(v_unpacklo2(a, b), v_unpackhi2(a, b), is_max);
+        else
+            v[i] = combine(v_lanes_even(a, b), v_lanes_odd(a, b), is_max);
+    }
+}
+
+/* Rounds [r0, r1) of the tree on v[0 .. 2^(r1 - r0)), into v[0]: a group of adjacent
+ * vectors gives in any rounds what it gives inside the whole tree, so a caller can run
+ * the first rounds on each group as its vectors are made and the rest on the results. */
+ALWAYS_INLINE void tree_rounds(vf *v, const int r0, const int r1, const int is_max) {
+    UNROLL_FULL
+    for (int round = r0; round < r1; round++)
+        tree_round(v, 1 << (r1 - round - 1), round, is_max);
+}
+
 /* v[0..VL) -> one vector whose lane i is the sum (max) of v[i]'s lanes: a transposing
  * reduction tree, VL - 1 combining steps of two shuffles and one op for VL vectors
  * instead of VL separate horizontal reductions. Every lane's result is the same tree
@@ -31,25 +59,12 @@ ALWAYS_INLINE vf combine(vf a, vf b, const int is_max) {
  * pairwise), so lane i depends on v[i] alone, not on which vectors share the call
  * (softmax's rows, qk_rows' row-by-key products). */
 ALWAYS_INLINE vf reduce_tree(const vf v[VL], const int is_max) {
-    vf a[VL / 2], b[LANES];
-    UNROLL_FULL /* lane pairs: [A0 B0 A1 B1] per 128-bit lane */
-    for (int i = 0; i < VL / 2; i++)
-        a[i] = combine(v_unpacklo(v[2 * i], v[2 * i + 1]), v_unpackhi(v[2 * i], v[2 * i + 1]),
-                       is_max);
-    UNROLL_FULL /* [A B C D] per 128-bit lane */
-    for (int i = 0; i < VL / 4; i++)
-        b[i] = combine(v_unpacklo2(a[2 * i], a[2 * i + 1]), v_unpackhi2(a[2 * i], a[2 * i + 1]),
-                       is_max);
-    /* then across the 128-bit lanes, halving the vectors each round (a constant inner
-     * bound and a test, which every gcc option set unrolls in full) */
+    vf w[VL];
     UNROLL_FULL
-    for (int round = 0; round < LANE_ROUNDS; round++)
-        UNROLL_FULL
-        for (int i = 0; i < LANES / 2; i++)
-            if (i < (LANES >> round) / 2)
-                b[i] = combine(v_lanes_even(b[2 * i], b[2 * i + 1]),
-                               v_lanes_odd(b[2 * i], b[2 * i + 1]), is_max);
-    return b[0];
+    for (int i = 0; i < VL; i++)
+        w[i] = v[i];
+    tree_rounds(w, 0, TREE_ROUNDS, is_max);
+    return w[0];
 }
 
 #endif

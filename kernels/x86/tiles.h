@@ -60,6 +60,9 @@
 /* The most rows of any qk or qk_rows tile below: the size of their accumulator arrays
  * (the instantiated counts use a part; the rest is never touched). */
 enum { QK_ROWS_MAX = 12, QKR_ROWS_MAX = 8 };
+/* The most keys of one qk_rows step (qkr_nk): at most VL, which a step must divide. */
+enum { QKR_NK_MAX = 8, QKR_ACC_MAX = 16 };
+_Static_assert(VL % QKR_NK_MAX == 0, "qk_rows' steps tile a strip of VL keys");
 
 /* ---- widening loads (the reduction tree is reduce.h's, the transpose transpose.h's) */
 
@@ -273,81 +276,130 @@ TILE void qk_6x2v(int m, int n, int dk, float scale, const float *q, int ldq, co
 
 /* ---- qk_rows -------------------------------------------------------------------- */
 
-/* The dot products of R query rows with NK = 1 or 2 keys (rows of K, read in place) as
- * lane-wise partial sums: t[r * VL + i] for key i gets sum over VL-element slices of
+/* The dot products of R query rows with NK keys (rows of K, read in place, at kr[0..NK))
+ * as lane-wise partial sums: t[r ldt + i] for key i gets sum over VL-element slices of
  * Q[r] * K[key]; the last slice is masked (caller memory, and Q's padding is off limits).
  * A quantized K (qk_rows_q) is decoded slice by slice and scaled by its group's scale
- * (sc0, sc1: the keys' scales, binary16 where f16, else fp32; group dk or a multiple of
- * VL, so a slice lies in one group and only the row's last group can end in a masked
+ * (scr[i]: key i's scales, binary16 where f16, else fp32; group dk or a multiple of VL,
+ * so a slice lies in one group and only the row's last group can end in a masked
  * slice); the slices run in the same order either way, so a key's sum is the one over
- * its dequantized row.
- * Two keys share each Q slice load: per slice 2 K loads (16-bit K: conversions besides)
- * and R Q loads feed 2 R FMAs. v_pin keeps the Q slice in a register: folded into both
- * FMAs it would be loaded twice, and the kernel is load-bound already
- * (docs/PERFORMANCE.md, "Kernel measurements"). */
+ * its dequantized row, whichever keys share the step.
+ * Per slice NK K loads (16-bit K: conversions besides) and R Q loads feed R NK FMAs, in
+ * R NK independent chains. v_pin keeps each Q slice in a register: folded into the FMAs
+ * it would be loaded NK times, and the loads are near their limit already
+ * (docs/PERFORMANCE.md, "Kernel measurements"). The products run as one flat loop over
+ * the accumulators, which gcc promotes to registers (nested loops over rows and keys
+ * left them stored to the stack at every slice). */
 ALWAYS_INLINE void qkr_keys(const int R, const int NK, const sdpa_dtype dt, int dk,
-                            const float *q, int ldq, const char *k0, const char *k1,
-                            const char *sc0, const char *sc1, int f16, int group, vf *t) {
-    vf c0[QKR_ROWS_MAX], c1[QKR_ROWS_MAX];
+                            const float *q, int ldq, const char *const *kr,
+                            const char *const *scr, int f16, int group, vf *t,
+                            const int ldt) {
+    vf c[QKR_ACC_MAX], sv[QKR_NK_MAX], x[QKR_NK_MAX], qv[QKR_ROWS_MAX];
     UNROLL_FULL
-    for (int r = 0; r < R; r++)
-        c0[r] = c1[r] = v_zero();
+    for (int i = 0; i < R * NK; i++)
+        c[i] = v_zero();
     const int gl = dt_quant(dt) ? group : dk;
     for (int g0 = 0, gi = 0; g0 < dk; g0 += gl, gi++) {
-        const vf s0 = dt_quant(dt) ? scale_at(sc0, gi, f16) : v_zero();
-        const vf s1 = dt_quant(dt) && NK > 1 ? scale_at(sc1, gi, f16) : s0;
+        UNROLL_FULL
+        for (int i = 0; i < NK; i++)
+            sv[i] = dt_quant(dt) ? scale_at(scr[i], gi, f16) : v_zero();
         const int ge = g0 + gl;
         int d0 = g0;
         for (; d0 + VL <= ge; d0 += VL) {
-            const vf x0 = load_kv(k0, d0, dt, v_full(), VL, s0);
-            const vf x1 = NK > 1 ? load_kv(k1, d0, dt, v_full(), VL, s1) : x0;
+            UNROLL_FULL
+            for (int i = 0; i < NK; i++)
+                x[i] = load_kv(kr[i], d0, dt, v_full(), VL, sv[i]);
             UNROLL_FULL
             for (int r = 0; r < R; r++) {
-                vf qv = v_loadu(q + (size_t)r * (size_t)ldq + d0);
+                qv[r] = v_loadu(q + (size_t)r * (size_t)ldq + d0);
                 if (NK > 1)
-                    qv = v_pin(qv);
-                c0[r] = v_fmadd(qv, x0, c0[r]);
-                if (NK > 1)
-                    c1[r] = v_fmadd(qv, x1, c1[r]);
+                    qv[r] = v_pin(qv[r]);
             }
+            UNROLL_FULL
+            for (int a = 0; a < R * NK; a++)
+                c[a] = v_fmadd(qv[a / NK], x[a % NK], c[a]);
         }
         if (d0 < ge) {
             const vtail mk = v_tail(ge - d0);
-            const vf x0 = load_kv(k0, d0, dt, mk, ge - d0, s0);
-            const vf x1 = NK > 1 ? load_kv(k1, d0, dt, mk, ge - d0, s1) : x0;
             UNROLL_FULL
-            for (int r = 0; r < R; r++) {
-                const vf qv = v_load_part(q + (size_t)r * (size_t)ldq + d0, mk);
-                c0[r] = v_fmadd(qv, x0, c0[r]);
-                if (NK > 1)
-                    c1[r] = v_fmadd(qv, x1, c1[r]);
-            }
+            for (int i = 0; i < NK; i++)
+                x[i] = load_kv(kr[i], d0, dt, mk, ge - d0, sv[i]);
+            UNROLL_FULL
+            for (int r = 0; r < R; r++)
+                qv[r] = v_load_part(q + (size_t)r * (size_t)ldq + d0, mk);
+            UNROLL_FULL
+            for (int a = 0; a < R * NK; a++)
+                c[a] = v_fmadd(qv[a / NK], x[a % NK], c[a]);
         }
     }
     UNROLL_FULL
-    for (int r = 0; r < R; r++) {
-        t[r * VL] = c0[r];
-        if (NK > 1)
-            t[r * VL + 1] = c1[r];
-    }
+    for (int a = 0; a < R * NK; a++)
+        t[a / NK * ldt + a % NK] = c[a];
 }
 
-/* S[0..R)[0..n) for R rows, VL keys at a time: each key pair's partial-sum vectors go to
- * a stack buffer (R x VL vectors, in L1), and the reduction tree turns row r's VL
- * vectors into its VL scores in key order, scaled and stored (masked in the tail strip,
- * whose missing keys are zero vectors, never read). A score is one FMA chain over dk
- * then the fixed tree, whatever R and whichever key shares its loads, so a row's bits
- * do not depend on the other rows of the call. Where kat is not NULL (qk_rows_at) row j
- * is at kat[j] instead of k + j ldkb (the same arithmetic, so the same bits), and the
- * rows ahead are prefetched at kat[j + ahead].
+/* Keys per step of qkr_rows for R rows: the most of QKR_NK_MAX, .., 4, 2 whose R NK
+ * accumulators (at most QKR_ACC_MAX), NK key vectors (with a quantized K's NK scale
+ * vectors) and R Q slices fit the V_NREG vector registers, and at most 4 for a quantized
+ * K, whose decode needs temporaries of its own (int8, 1 row: 8 keys a step ran 47% slower
+ * than 4 on the Intel host; docs/PERFORMANCE.md, "Decode's arithmetic"). More keys a step
+ * give the slice loads more FMAs each and the FMA pipes more independent chains: one row
+ * at 2 keys a step is 2 chains of dk / VL dependent FMAs, under the 8 that two pipes of
+ * 4-cycle FMAs need (4 cycles: measured on the Intel host, a dependent FMA chain against
+ * the two-pipe peak loop of the same run). */
+ALWAYS_INLINE int qkr_nk(const int R, const int quant) {
+    for (int nk = quant ? 4 : QKR_NK_MAX; nk > 2; nk /= 2)
+        if (R * nk <= QKR_ACC_MAX && R * nk + (1 + quant) * nk + R <= V_NREG)
+            return nk;
+    return 2;
+}
+
+/* qkr_rows' keys [j, j + NK): their rows ahead prefetched (as qkr_rows says), then their
+ * partial sums into t[r ldt + i] (qkr_keys). */
+ALWAYS_INLINE void qkr_step(const int R, const int NK, const sdpa_dtype dt, int AT, int j,
+                            int dk, const float *q, int ldq, const void *k, size_t ldkb,
+                            const char *sc, int64_t ldscb, int f16, int group, size_t rowb,
+                            int ahead, int pfend, int npf, const char *pf,
+                            const char *const *kat, vf *t, const int ldt) {
+    const char *kr[QKR_NK_MAX], *scr[QKR_NK_MAX];
+    UNROLL_FULL
+    for (int i = 0; i < NK; i++) {
+        const int pj = j + i;
+        if (pf) { /* a paged cache: the run the driver names, in step */
+            if (pj < npf)
+                prefetch_row(pf + (size_t)pj * ldkb, rowb);
+        } else if (pj + ahead < pfend) {
+            if (AT)
+                prefetch_row_to(kat[pj + ahead], rowb, sdpa_prefetch_at_l1);
+            else
+                prefetch_row((const char *)k + (size_t)(pj + ahead) * ldkb, rowb);
+        }
+        kr[i] = AT ? kat[pj] : (const char *)k + (size_t)pj * ldkb;
+        scr[i] = dt_quant(dt) ? sc + (int64_t)pj * ldscb : NULL;
+    }
+    qkr_keys(R, NK, dt, dk, q, ldq, kr, scr, f16, group, t, ldt);
+}
+
+/* qkr_step's arguments after j, as qkr_rows has them. */
+#define QKR_STEP dk, q, ldq, k, ldkb, sc, ldscb, f16, group, rowb, ahead, pfend, npf, pf, kat
+
+/* S[0..R)[0..n) for R rows, VL keys at a time, NK keys a step (qkr_nk): each step's R
+ * groups of NK partial-sum vectors go through the first log2 NK rounds of the reduction
+ * tree at once (reduce.h: a group of adjacent vectors gives there what it gives inside
+ * the whole tree), the VL / NK results per row to a stack buffer, and the tree's other
+ * rounds turn them into the row's VL scores in key order, scaled and stored (masked in
+ * the tail strip, whose missing keys are zero vectors, never stored). A score is one FMA
+ * chain over dk then the fixed tree, whatever R, NK and whichever keys share its loads,
+ * so a row's bits do not depend on the other rows of the call. Where kat is not NULL
+ * (qk_rows_at) row j is at kat[j] instead of k + j ldkb (the same arithmetic, so the
+ * same bits), and the rows ahead are prefetched at kat[j + ahead].
  * Memory order: in decode K streams from DRAM, and this loop is what keeps it streaming.
- * Keys are read a pair of adjacent rows at a time, each from start to end (the order
- * the hardware prefetchers follow; reading slice-major, the first lines of VL rows, then
+ * Keys are read NK adjacent rows at a time, each from start to end (the order the
+ * hardware prefetchers follow; reading slice-major, the first lines of VL rows, then
  * their second lines..., is much slower), and the rows SDPA_PREFETCH_AHEAD bytes ahead,
  * within the call and into the npf rows after it (kernels/ukernel.h), are prefetched
  * so the core does not wait at every 4 KiB page
  * (docs/PERFORMANCE.md, "Kernel measurements"). Per key: dk / VL K loads and
- * R dk / (2 VL) Q loads per R dk / VL FMAs, then per row per VL keys the tree's shuffles
+ * R dk / (NK VL) Q loads per R dk / VL FMAs, then per row per VL keys the tree's shuffles
  * and adds (45 at VL = 16, 21 at VL = 8). K rows are ldkb bytes apart; a quantized K's
  * scales are at sc, ldscb bytes per key, binary16 where f16 (qkr_keys). */
 ALWAYS_INLINE void qkr_rows(const int R, const sdpa_dtype dt, int AT, int n, int dk, float scale,
@@ -358,45 +410,58 @@ ALWAYS_INLINE void qkr_rows(const int R, const sdpa_dtype dt, int AT, int n, int
     const int ahead = (int)((AT ? SDPA_PREFETCH_AT_AHEAD : SDPA_PREFETCH_AHEAD) / rowb) + 1;
     const int pfend = n + min_int(npf, ahead); /* rows below it may be prefetched */
     const vf vs = v_set1(scale);
-    vf t[QKR_ROWS_MAX * VL];
+    const int NK = qkr_nk(R, dt_quant(dt));
+    const int G = VL / NK, LOG_NK = NK == 8 ? 3 : NK == 4 ? 2 : 1;
+    vf t[QKR_ROWS_MAX * (VL / 2)], raw[QKR_ACC_MAX];
     for (int j0 = 0; j0 < n; j0 += VL) {
         const int nk = min_int(VL, n - j0);
-        const char *ks = AT ? NULL : (const char *)k + (size_t)j0 * ldkb;
-        int jj = 0;
-        for (; jj + 2 <= nk; jj += 2) {
-            if (pf) /* a paged cache: the run the driver names, in step */
-                for (int pj = j0 + jj; pj < j0 + jj + 2 && pj < npf; pj++)
-                    prefetch_row(pf + (size_t)pj * ldkb, rowb);
-            else if (AT)
-                for (int pj = j0 + jj + ahead; pj < j0 + jj + ahead + 2 && pj < pfend; pj++)
-                    prefetch_row_to(kat[pj], rowb, sdpa_prefetch_at_l1);
-            else
-                for (int pj = jj + ahead; pj < jj + ahead + 2 && j0 + pj < pfend; pj++)
-                    prefetch_row(ks + (size_t)pj * ldkb, rowb);
-            const char *sj = dt_quant(dt) ? sc + (int64_t)(j0 + jj) * ldscb : NULL;
-            qkr_keys(R, 2, dt, dk, q, ldq, AT ? kat[j0 + jj] : ks + (size_t)jj * ldkb,
-                     AT ? kat[j0 + jj + 1] : ks + (size_t)(jj + 1) * ldkb, sj,
-                     dt_quant(dt) ? sj + ldscb : NULL, f16, group, t + jj);
+        int g = 0;
+        for (; g * NK + NK <= nk; g++) {
+            qkr_step(R, NK, dt, AT, j0 + g * NK, QKR_STEP, raw, NK);
+            UNROLL_FULL
+            for (int r = 0; r < R; r++) {
+                tree_rounds(raw + r * NK, 0, LOG_NK, 0);
+                t[r * G + g] = raw[r * NK];
+            }
         }
-        if (jj < nk)
-            qkr_keys(R, 1, dt, dk, q, ldq, AT ? kat[j0 + jj] : ks + (size_t)jj * ldkb, NULL,
-                     dt_quant(dt) ? sc + (int64_t)(j0 + jj) * ldscb : NULL, NULL, f16, group,
-                     t + jj);
-        for (jj += jj < nk; jj < VL; jj++)
+        if (g * NK < nk) { /* the call's last keys: steps of 2 and 1, zeros past them (an
+                            * array of their own: a runtime offset into raw would keep
+                            * the main steps' results in memory) */
+            vf part[QKR_ACC_MAX];
+            UNROLL_FULL
+            for (int a = 0; a < R * NK; a++)
+                part[a] = v_zero();
+            int jj = g * NK;
+            if (NK > 2)
+                for (; jj + 2 <= nk; jj += 2)
+                    qkr_step(R, 2, dt, AT, j0 + jj, QKR_STEP, part + jj - g * NK, NK);
+            if (jj < nk)
+                qkr_step(R, 1, dt, AT, j0 + jj, QKR_STEP, part + jj - g * NK, NK);
+            UNROLL_FULL
+            for (int r = 0; r < R; r++) {
+                tree_rounds(part + r * NK, 0, LOG_NK, 0);
+                t[r * G + g] = part[r * NK];
+            }
+            g++;
+        }
+        for (; g < G; g++)
             UNROLL_FULL
             for (int r = 0; r < R; r++)
-                t[r * VL + jj] = v_zero();
+                t[r * G + g] = v_zero();
         UNROLL_FULL
-        for (int r = 0; r < R; r++)
-            v_store_first(s + (size_t)r * (size_t)lds + j0, nk,
-                          reduce_tree(t + VL * r, 0) * vs);
+        for (int r = 0; r < R; r++) {
+            tree_rounds(t + r * G, LOG_NK, TREE_ROUNDS, 0);
+            v_store_first(s + (size_t)r * (size_t)lds + j0, nk, t[r * G] * vs);
+        }
     }
 }
+#undef QKR_STEP
 
 /* qkr_rows with the storage type as a constant (the types kernels/ukernel.h lets
  * qk_rows and qk_rows_q read). */
 #define QKR_DT(DT, AT) qkr_rows(R, DT, AT, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf, pf, kat)
-/* AT (rows at addresses, kat) is chosen per key pair, as pv's (pv_row_tiles). */
+/* AT (rows at addresses, kat) is a run-time test in the loop, not compiled apart, as
+ * pv's (pv_row_tiles). */
 ALWAYS_INLINE void qkr_rows_dt(const int R, sdpa_dtype dt, int n, int dk, float scale,
                                const float *q, int ldq, const void *k, size_t ldkb,
                                const char *sc, int64_t ldscb, int f16, int group, float *s,
@@ -420,10 +485,11 @@ ALWAYS_INLINE void qkr_rows_dt(const int R, sdpa_dtype dt, int n, int dk, float 
         int npf, const char *pf, const char *const *kat
 #define QKR_CALL n, dk, scale, q, ldq, k, ldkb, dt, sc, ldscb, f16, group, s, lds, npf, pf, kat
 
-/* The qk_rows register tiles, one function per row count: qkr_Rrows holds 2 R
- * accumulators (R rows x the 2 keys that share each Q slice) + 2 K slices + 1 Q slice,
- * and its tree works on VL loaded vectors. qkr_8rows: 19 of 32 registers, a GQA group of
- * 8 heads (decode) in one pass over K, FMA-bound from 2 rows on; qkr_4rows: 11 of 16.
+/* The qk_rows register tiles, one function per row count: qkr_Rrows holds R NK
+ * accumulators (R rows x the NK keys of a step, qkr_nk) + NK K slices (a quantized K's
+ * NK scales besides) + R Q slices. AVX-512: qkr_8rows 16 + 2 + 8 = 26 of 32 registers, a
+ * GQA group of 8 heads (decode) in one pass over K; qkr_4rows 16 + 4 + 4 = 24 (int8:
+ * 28); qkr_1row 8 + 8 + 1 = 17. AVX2: qkr_4rows 8 + 2 + 4 = 14 of 16; qkr_2rows 8 + 4 + 2.
  * Each row count is its own function rather than an arm of one switch function: in
  * decode, where each pass over a block is short and K streams from DRAM, the switch
  * form measured slower (docs/PERFORMANCE.md, "Kernel measurements"). */

@@ -32,10 +32,10 @@ typedef struct {
     int n;
 } vtail;
 
-/* VL floats per vector. Masked loads and stores (vmaskmovps) cost more than plain ones,
- * so pv keeps a separate unmasked instance of each tile for chunks with no Dv tail
- * (V_MASKS_FREE = 0). */
-enum { VL = 8, V_MASKS_FREE = 0 };
+/* VL floats per vector, V_NREG vector registers (ymm0-15). Masked loads and stores
+ * (vmaskmovps) cost more than plain ones, so pv keeps a separate unmasked instance of
+ * each tile for chunks with no Dv tail (V_MASKS_FREE = 0). */
+enum { VL = 8, V_MASKS_FREE = 0, V_NREG = 16 };
 
 /* Unrolling by the lanes of a vector, for loops of at most VL iterations (a tail's
  * columns). A pragma needs the literal. */

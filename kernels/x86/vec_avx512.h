@@ -32,10 +32,11 @@ typedef __m256i vh;      /* VL 16-bit values (f16 or bf16 storage) */
 typedef __mmask16 vmask; /* a lane predicate, from a comparison */
 typedef __mmask16 vtail; /* lanes [0, n) of a vector: a row's tail */
 
-/* VL floats per vector. V_MASKS_FREE: a k-masked load or store costs about what a
- * plain one does, so the tiles need no separate unmasked instance for full vectors
- * except in prefill's pv loop (tiles.h, pv_tile_dt; vec_avx2.h has the opposite). */
-enum { VL = 16, V_MASKS_FREE = 1 };
+/* VL floats per vector, V_NREG vector registers (zmm0-31). V_MASKS_FREE: a k-masked
+ * load or store costs about what a plain one does, so the tiles need no separate
+ * unmasked instance for full vectors except in prefill's pv loop (tiles.h, pv_tile_dt;
+ * vec_avx2.h has the opposite). */
+enum { VL = 16, V_MASKS_FREE = 1, V_NREG = 32 };
 
 /* Unrolling by the lanes of a vector, for loops of at most VL iterations (a tail's
  * columns). A pragma needs the literal. */
