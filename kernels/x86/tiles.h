@@ -641,6 +641,7 @@ typedef struct {
                           * row j < pfn: a paged cache's run the driver names */
     int pfn;
     size_t pfb;          /* ... this many bytes of each, where PV_PF_WHOLE_ROWS */
+    int whole;           /* the chunk is V's whole rows (the only chunk) */
     const char *const *vat; /* or, where not NULL (pv_at), V's row j at vat[j] + voff, the
                              * chunk's first column; rows past n prefetched as above */
     size_t voff;
@@ -786,10 +787,13 @@ ALWAYS_INLINE void pv_tile_dt(const int MRMAX, const int MR, const int NV, const
     pv_tile_q(MRMAX, MR, NV, 0, QUANT, AT, a, p, alpha, o, last, pf);
 }
 
-/* All m rows of a chunk (or of a span of its keys) in tiles of MR rows by NV vectors, the last tile with the rows
- * left: min(MR, rows left) is 1..MR, so the default cannot be reached. Where
- * PV_PF_WHOLE_ROWS only the first tile prefetches, whole rows (a->pfb), so the others
- * find them in cache; otherwise each prefetches its own columns. */
+/* All m rows of a chunk (or of a span of its keys) in tiles of MR rows by NV vectors,
+ * the last tile with the rows left: min(MR, rows left) is 1..MR, so the default cannot
+ * be reached. Where PV_PF_WHOLE_ROWS or the chunk is the whole rows, only the first tile
+ * prefetches, whole rows (a->pfb), so the others find them in cache and run the plain
+ * loop (pv_plain): in decode (Dv = 128 at fp32, a GQA group of 4: pv_3x8v, then a
+ * 1-row tile) the second tile's prefetches and per-key tests cost more than its FMAs.
+ * Otherwise each tile prefetches its own columns. */
 ALWAYS_INLINE void pv_span_tiles(const int MR, const int NV, const int QUANT, int AT,
                                  const pv_chunk_args *a) {
     const vtail last = v_tail(a->lastw);
@@ -797,7 +801,7 @@ ALWAYS_INLINE void pv_span_tiles(const int MR, const int NV, const int QUANT, in
         const float *p = a->p + (size_t)r0 * (size_t)a->ldp;
         const float *alpha = a->alpha ? a->alpha + r0 : NULL;
         float *o = a->o + (size_t)r0 * (size_t)a->ldo;
-        const int pf = r0 == 0 || !PV_PF_WHOLE_ROWS ? a->pf : 0;
+        const int pf = r0 == 0 || !(PV_PF_WHOLE_ROWS || a->whole) ? a->pf : 0;
         switch (min_int(MR, a->m - r0)) {
         case 1: pv_tile_dt(MR, 1, NV, QUANT, AT, a, p, alpha, o, last, pf); continue;
         case 2: pv_tile_dt(MR, 2, NV, QUANT, AT, a, p, alpha, o, last, pf); continue;
@@ -946,6 +950,7 @@ ALWAYS_INLINE void pv_chunks(const int QUANT, int m, int n, int dv, const float 
         a.pfrun = pfv ? (const char *)pfv + dt_bytes(dt, (size_t)(VL * c0)) : NULL;
         a.pfn = npf;
         a.pfb = rowb;
+        a.whole = nchunk == 1;
         a.vat = vat;
         a.voff = dt_bytes(dt, (size_t)(VL * c0));
         a.sc = qs ? (const char *)qs->p : NULL;
