@@ -286,6 +286,7 @@ void context(const std::string &key, const std::string &value) {
 struct Ceilings {
     std::map<std::pair<sdpa_isa, int>, double> peak; // GFLOP/s of (isa, threads)
     std::map<int, double> dram;                      // GB/s of the fastest read loop
+    std::map<std::pair<int64_t, int>, double> dram_paged; // (chunk bytes, threads): shuffled
     double best_peak(int threads) const {
         double best = 0;
         for (const auto &kv : peak)
@@ -307,13 +308,32 @@ Ceilings measure_ceilings(const std::vector<sdpa_isa> &isas, const std::vector<i
             ce.dram[t] = std::max(ce.dram[t], g);
             context("peak_gflops_" + name + at, std::to_string(p));
             context("dram_read_gbps_" + name + at, std::to_string(g));
-            std::fprintf(stderr, "%-7s %d thread%s: FMA peak %.1f GFLOP/s, DRAM read %.1f GB/s\n",
-                         name.c_str(), t, t > 1 ? "s" : " ", p, g);
+            std::string shuffled;
+            for (int64_t chunk : SB_PAGED_CHUNKS) {
+                const double gp = sb_dram_read_paged_gbps(isa, t, chunk);
+                double &best = ce.dram_paged[{chunk, t}];
+                best = std::max(best, gp);
+                const std::string kib = std::to_string(chunk >> 10);
+                context("dram_read_paged" + kib + "k_gbps_" + name + at, std::to_string(gp));
+                char buf[48];
+                std::snprintf(buf, sizeof buf, "%s %s KiB %.1f", shuffled.empty() ? "" : ",",
+                              kib.c_str(), gp);
+                shuffled += buf;
+            }
+            std::fprintf(stderr,
+                         "%-7s %d thread%s: FMA peak %.1f GFLOP/s, DRAM read %.1f GB/s "
+                         "(shuffled chunks%s)\n",
+                         name.c_str(), t, t > 1 ? "s" : " ", p, g, shuffled.c_str());
         }
     }
     sb_dram_release();
-    for (int t : counts)
+    for (int t : counts) {
         context("dram_read_gbps_threads" + std::to_string(t), std::to_string(ce.dram[t]));
+        for (int64_t chunk : SB_PAGED_CHUNKS)
+            context("dram_read_paged" + std::to_string(chunk >> 10) + "k_gbps_threads" +
+                        std::to_string(t),
+                    std::to_string(ce.dram_paged[{chunk, t}]));
+    }
     context("dram_buffer_mib", std::to_string(SB_DRAM_BUFFER_BYTES >> 20));
     return ce;
 }

@@ -63,6 +63,19 @@ double sb_read_loop_neon(const float *p, int64_t n, float *sink);
  * NULL) or the buffer cannot be allocated. The buffer is allocated and written once, on
  * first use, and kept until sb_dram_release(). */
 double sb_dram_read_gbps(sdpa_isa isa, int threads);
+
+/* The same read in the order a paged KV cache is read: the buffer as chunks of
+ * chunk_bytes (a power of two, 64 to SB_DRAM_BUFFER_BYTES), visited in one fixed shuffled
+ * order, each thread its contiguous share of that order, each chunk read through the
+ * same loop. GB/s, best of several passes, 0 as above. One head's 16-token page is 8 KiB
+ * at fp32 and 4 KiB at f16 (Dk = 128: SB_PAGED_CHUNKS), what decode-long-paged16 and its
+ * f16 row read from one place before they jump; the ratio of this read to
+ * sb_dram_read_gbps is the ceiling this memory puts on paged over contiguous decode
+ * (docs/PERFORMANCE.md, "Paged reads"). */
+#define SB_PAGED_CHUNKS {4096, 8192}
+double sb_dram_read_paged_gbps(sdpa_isa isa, int threads, int64_t chunk_bytes);
+
+/* Frees the buffer (and the shuffled order) of the two reads above. */
 void sb_dram_release(void);
 
 #ifdef __cplusplus

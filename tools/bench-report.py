@@ -39,6 +39,9 @@ KV_CACHE_PAIRS = (("decode-long-paged16", "decode-long"),
                   ("decode-long-int4", "decode-long"),
                   ("decode-long-fp8", "decode-long"),
                   ("chunked-prefill-int8-paged16", "chunked-prefill"))
+# KiB of one head's page in the paged rows (16 tokens x Dk 128 x the element size), the
+# chunk of the shuffled read loop that bounds them (bench/peak.h, SB_PAGED_CHUNKS).
+PAGE_KIB = {"decode-long-paged16": 8, "decode-long-f16-paged16": 4}
 
 
 def fmt_ms(ms):
@@ -146,6 +149,12 @@ def targets(ctx, rows):
                     f"({r['ms']:.2f} vs {b['ms']:.2f} ms)")
             if r["pct_dram"] is not None:
                 line += f", K/V read at {r['pct_dram']:.0f}% of DRAM"
+            kib = PAGE_KIB.get(shape)
+            seq = float(ctx.get(f"dram_read_gbps_threads{t}", 0))
+            shuf = float(ctx.get(f"dram_read_paged{kib}k_gbps_threads{t}", 0))
+            if kib and seq > 0 and shuf > 0:
+                line += (f"; the read loop over its pages' {kib} KiB chunks, shuffled, runs at "
+                         f"{shuf / seq:.2f}x the streaming one")
             lines.append(line)
     for t in counts:
         r = get("linear", t)
@@ -168,12 +177,17 @@ def measured(ctx):
     isas = ctx.get("sdpa_isas", "").split()
     n = int(ctx.get("sdpa_threads_all", "1"))
     counts = [1] + ([n] if n > 1 else [])
-    peaks, reads = [], []
+    peaks, reads, paged_reads = [], [], []
     for isa in isas:
         p = [float(ctx.get(f"peak_gflops_{isa}_threads{t}", 0)) for t in counts]
         d = [float(ctx.get(f"dram_read_gbps_{isa}_threads{t}", 0)) for t in counts]
         peaks.append(f"{isa} " + " / ".join(f"{x:.0f}" for x in p))
         reads.append(f"{isa} loop " + " / ".join(f"{x:.1f}" for x in d))
+        for kib in sorted(set(PAGE_KIB.values())):
+            dp = [float(ctx.get(f"dram_read_paged{kib}k_gbps_{isa}_threads{t}", 0))
+                  for t in counts]
+            if any(dp):
+                paged_reads.append(f"{isa} {kib} KiB " + " / ".join(f"{x:.1f}" for x in dp))
         if n > 1 and p[0] > 0 and p[-1] < CONTENDED_PEAK_RATIO * n * p[0]:
             print(f"{isa}: the {n}-thread FMA peak ({p[-1]:.0f}) is below "
                   f"{100 * CONTENDED_PEAK_RATIO:.0f}% of {n} x the 1-thread one ({p[0]:.0f}): "
@@ -182,6 +196,9 @@ def measured(ctx):
     print(f"fp32 FMA peak, GFLOP/s ({counts_str}), measured in this run: " + ", ".join(peaks))
     print(f"DRAM read, GB/s ({counts_str}), streaming read of "
           f"{ctx.get('dram_buffer_mib', '?')} MiB, best of the passes: " + ", ".join(reads))
+    if paged_reads:
+        print("DRAM read in shuffled chunks (a paged cache's order), GB/s: " +
+              ", ".join(paged_reads))
 
 
 def main():
