@@ -30,6 +30,12 @@
 #else
 #define UNROLL_FULL _Pragma("GCC unroll 32")
 #endif
+/* And none, for a loop whose copies would only add code (the prefetches of a step). */
+#if defined(__clang__)
+#define NO_UNROLL _Pragma("clang loop unroll(disable)")
+#else
+#define NO_UNROLL _Pragma("GCC unroll 1")
+#endif
 
 static inline int min_int(int a, int b) { return a < b ? a : b; }
 

@@ -360,10 +360,10 @@ ALWAYS_INLINE void qkr_step(const int R, const int NK, const sdpa_dtype dt, int 
                             const char *sc, int64_t ldscb, int f16, int group, size_t rowb,
                             int ahead, int pfend, int npf, const char *pf,
                             const char *const *kat, vf *t, const int ldt) {
-    const char *kr[QKR_NK_MAX], *scr[QKR_NK_MAX];
-    UNROLL_FULL
-    for (int i = 0; i < NK; i++) {
-        const int pj = j + i;
+    /* the prefetches in a loop kept rolled: unrolled per key, their tests and line loops
+     * made each tile function several times larger for nothing measured */
+    NO_UNROLL
+    for (int pj = j; pj < j + NK; pj++) {
         if (pf) { /* a paged cache: the run the driver names, in step */
             if (pj < npf)
                 prefetch_row(pf + (size_t)pj * ldkb, rowb);
@@ -373,8 +373,12 @@ ALWAYS_INLINE void qkr_step(const int R, const int NK, const sdpa_dtype dt, int 
             else
                 prefetch_row((const char *)k + (size_t)(pj + ahead) * ldkb, rowb);
         }
-        kr[i] = AT ? kat[pj] : (const char *)k + (size_t)pj * ldkb;
-        scr[i] = dt_quant(dt) ? sc + (int64_t)pj * ldscb : NULL;
+    }
+    const char *kr[QKR_NK_MAX], *scr[QKR_NK_MAX];
+    UNROLL_FULL
+    for (int i = 0; i < NK; i++) {
+        kr[i] = AT ? kat[j + i] : (const char *)k + (size_t)(j + i) * ldkb;
+        scr[i] = dt_quant(dt) ? sc + (int64_t)(j + i) * ldscb : NULL;
     }
     qkr_keys(R, NK, dt, dk, q, ldq, kr, scr, f16, group, t, ldt);
 }
@@ -424,18 +428,15 @@ ALWAYS_INLINE void qkr_rows(const int R, const sdpa_dtype dt, int AT, int n, int
                 t[r * G + g] = raw[r * NK];
             }
         }
-        if (g * NK < nk) { /* the call's last keys: steps of 2 and 1, zeros past them (an
-                            * array of their own: a runtime offset into raw would keep
-                            * the main steps' results in memory) */
+        if (g * NK < nk) { /* the call's last keys: one at a time (a step of its own
+                            * per count would double the file's compile time), zeros past
+                            * them, in an array of their own (a runtime offset into raw
+                            * would keep the main steps' results in memory) */
             vf part[QKR_ACC_MAX];
             UNROLL_FULL
             for (int a = 0; a < R * NK; a++)
                 part[a] = v_zero();
-            int jj = g * NK;
-            if (NK > 2)
-                for (; jj + 2 <= nk; jj += 2)
-                    qkr_step(R, 2, dt, AT, j0 + jj, QKR_STEP, part + jj - g * NK, NK);
-            if (jj < nk)
+            for (int jj = g * NK; jj < nk; jj++)
                 qkr_step(R, 1, dt, AT, j0 + jj, QKR_STEP, part + jj - g * NK, NK);
             UNROLL_FULL
             for (int r = 0; r < R; r++) {
