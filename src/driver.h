@@ -233,8 +233,9 @@ int kv_rows_at(const plan *pl, const rows *it, int which, int64_t j0, int n, int
 /* Finalise the real rows of an item whose single partial is in w, and its padding rows. */
 void finalize_item(const plan *pl, const rows *it, const scratch *w);
 /* One part's normalised state from the online softmax's (m, l, O): *lse = m + log l and
- * O /= l in place, or *lse = -inf (O untouched) when l = 0. */
-void sdpa_partial_of(float m, float l, float *o, int64_t D, float *lse);
+ * out = O / l, or *lse = -inf and out = O as it is when l = 0; out may be o (in place)
+ * or a row that does not overlap it. */
+void sdpa_partial_of(float m, float l, float *o, float *out, int64_t D, float *lse);
 /* Output row dst (D elements of ot) and *lse_out (if non-NULL) merged from n parts:
  * parts[i] (dts[i], or fp32 when dts is NULL) with lse lses[i], and a value-less part of
  * logit sink (-inf: none); coef holds n floats of scratch. A part of lse -inf adds

@@ -28,6 +28,9 @@
 #include "../kernels/convert.h"
 #include "driver.h"
 
+/* Columns of a row the merge sums at a time, in an array on the stack (1 KiB). */
+#define MERGE_CHUNK 256
+
 /* out[0 .. n) = acc[0 .. n) * f, four at a time with restrict so the compiler emits one
  * baseline-ISA vector op per group: this pass writes the caller's output, a cache miss
  * per line, and is a measurable share of prefill as a scalar loop (docs/PERFORMANCE.md,
@@ -42,6 +45,25 @@ static void scale_row(float *restrict out, const float *restrict acc, float f, i
     }
     for (; d < n; d++)
         out[d] = acc[d] * f;
+}
+
+/* acc[0 .. n) += c * x[0 .. n), x stored as t: a product and then a sum per element, as
+ * the merge's scalar loop had them (no contraction: -std=c11), four at a time with
+ * restrict as scale_row. */
+static void add_scaled(float *restrict acc, float c, const void *restrict x, sdpa_dtype t,
+                       int n) {
+    int d = 0;
+    if (t == SDPA_F32) {
+        const float *restrict xf = x;
+        for (; d + 4 <= n; d += 4) {
+            acc[d] += c * xf[d];
+            acc[d + 1] += c * xf[d + 1];
+            acc[d + 2] += c * xf[d + 2];
+            acc[d + 3] += c * xf[d + 3];
+        }
+    }
+    for (; d < n; d++)
+        acc[d] += c * sdpa_load_as_f32(x, d, t);
 }
 
 static void store(void *row, int64_t d, sdpa_dtype t, float x) {
@@ -84,29 +106,54 @@ void sdpa_merge_row(int n, const void *const *parts, const sdpa_dtype *dts, cons
     const float inv = 1.0f / L;
     for (int i = 0; i < n; i++)
         coef[i] *= inv;
-    for (int64_t d = 0; d < D; d++) {
-        float acc = 0.0f;
-        for (int i = 0; i < n; i++)
-            if (lses[i] != -INFINITY)
-                acc += coef[i] * sdpa_load_as_f32(parts[i], d, dts ? dts[i] : SDPA_F32);
-            else if (zero_weight) /* the fused path's part of weight 0 (see above) */
-                acc += 0.0f * sdpa_load_as_f32(parts[i], d, SDPA_F32);
-            /* else a caller's part that saw nothing adds nothing, even NaN */
-        store(dst, d, ot, acc);
+    /* o[d] = sum over the parts in order of coef_i x part_i[d], each element's sum the
+     * same sequence of operations whichever way the loops nest: here MERGE_CHUNK columns
+     * at a time, part by part, so the inner loop runs along a row (a caller's part that
+     * saw nothing adds nothing, even NaN; the fused path's part of weight 0, coef 0, adds
+     * 0 x O: see above) */
+    for (int64_t d0 = 0; d0 < D; d0 += MERGE_CHUNK) {
+        const int nd = (int)(D - d0 < MERGE_CHUNK ? D - d0 : MERGE_CHUNK);
+        float acc[MERGE_CHUNK];
+        memset(acc, 0, sizeof acc);
+        for (int i = 0; i < n; i++) {
+            if (lses[i] == -INFINITY && !zero_weight)
+                continue;
+            const sdpa_dtype t = dts ? dts[i] : SDPA_F32;
+            add_scaled(acc, coef[i], (const char *)parts[i] + (size_t)d0 * sdpa_dtype_size(t),
+                       t, nd);
+        }
+        if (ot == SDPA_F32)
+            memcpy((float *)dst + d0, acc, (size_t)nd * sizeof(float));
+        else
+            for (int d = 0; d < nd; d++)
+                store(dst, d0 + d, ot, acc[d]);
     }
     if (lse_out)
         *lse_out = M + logf(L);
 }
 
-void sdpa_partial_of(float m, float l, float *o, int64_t D, float *lse) {
+void sdpa_partial_of(float m, float l, float *o, float *out, int64_t D, float *lse) {
     if (l == 0.0f) { /* no visible key in this part: it contributes nothing */
         *lse = -INFINITY;
+        if (out != o)
+            memcpy(out, o, (size_t)D * sizeof(float));
         return;
     }
     /* as in the kernels' softmax: a max of -inf subtracts 0 */
     *lse = (m == -INFINITY ? 0.0f : m) + logf(l);
     const float inv = 1.0f / l;
-    for (int64_t d = 0; d < D; d++)
+    if (out != o) {
+        scale_row(out, o, inv, (int)D);
+        return;
+    }
+    int64_t d = 0;
+    for (; d + 4 <= D; d += 4) { /* four at a time, as scale_row */
+        o[d] *= inv;
+        o[d + 1] *= inv;
+        o[d + 2] *= inv;
+        o[d + 3] *= inv;
+    }
+    for (; d < D; d++)
         o[d] *= inv;
 }
 
@@ -139,7 +186,7 @@ static void finalize_row(const plan *pl, float m, float l, float *o, float sink,
     }
     /* with a sink: the row's part merged with the sink logit, a part with no value */
     float lse1;
-    sdpa_partial_of(m, l, o, Dv, &lse1);
+    sdpa_partial_of(m, l, o, o, Dv, &lse1);
     const void *part = o;
     sdpa_merge_row(1, &part, NULL, &lse1, sink, 1, Dv, dst, p->ot, lse, coef);
 }

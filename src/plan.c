@@ -281,11 +281,9 @@ void plan_run_unit(const plan *pl, int64_t u, const scratch *w) {
     /* the chunk's normalised partial of each real row: its lse, its O / l */
     float *dst = pl->part + (size_t)u * partial_floats(pl);
     const size_t mr = (size_t)pl->mrows;
-    for (int r = 0; r < it.mvalid; r++) {
-        float *orow = w->o + (size_t)r * (size_t)pl->ldo;
-        sdpa_partial_of(w->m[r], w->l[r], orow, pl->p.Dv, &dst[r]);
-        memcpy(dst + mr + (size_t)r * (size_t)pl->p.Dv, orow, (size_t)pl->p.Dv * sizeof(float));
-    }
+    for (int r = 0; r < it.mvalid; r++)
+        sdpa_partial_of(w->m[r], w->l[r], w->o + (size_t)r * (size_t)pl->ldo,
+                        dst + mr + (size_t)r * (size_t)pl->p.Dv, pl->p.Dv, &dst[r]);
 }
 
 void plan_finish_unit(const plan *pl, int64_t f, const scratch *w) {
