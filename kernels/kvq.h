@@ -80,19 +80,19 @@ static inline float kvq_one(sdpa_dtype dt, const unsigned char *row, int64_t e) 
  * bytes at p into 32-bit lanes; on NEON KVQ_WIDEN_DUP(out, p) reads KVQ_LANES / 2 bytes,
  * each into two adjacent lanes (int4: two codes per byte). The x86 tables decode int4
  * (KVQ_I4) and fp8 (KVQ_FP8_HALF) with their own instructions instead: the generic
- * code's 32-bit-lane shifts and selects cost more in decode (docs/PERFORMANCE.md, "KV
- * caches"; 512-bit operations take two cycles on AMD Zen 4, and KVQ_I4 works in
- * 128-bit operations up to its one widening). */
+ * code's 32-bit-lane shifts, masks and selects cost more in decode (docs/PERFORMANCE.md,
+ * "KV caches" and "The split-KV merge, and prefill with scores transposed"). */
 #if defined(__AVX2__) /* both x86 tables (AVX-512 implies it) */
 #include <immintrin.h>
-/* x86: the int4 codes of the bytes of b (low nibble first) as signed bytes in order,
- * (nibble ^ 8) - 8, in 128-bit operations, before the one widening to 32-bit lanes. */
-#define KVQ_NIBBLES(b)                                                                     \
-    _mm_sub_epi8(_mm_xor_si128(_mm_unpacklo_epi8(_mm_and_si128((b), _mm_set1_epi8(15)),    \
-                                                 _mm_and_si128(_mm_srli_epi16((b), 4),     \
-                                                               _mm_set1_epi8(15))),        \
-                               _mm_set1_epi8(8)),                                          \
-                 _mm_set1_epi8(8))
+/* x86 int4: each byte of b twice in a row, widened to 32-bit lanes (lane l holds byte
+ * l / 2), then shifted left by KVQ_I4_SHL (28 in even lanes, 24 in odd: the lane's
+ * nibble to the top) and arithmetically right by 28: the nibble as a signed 4-bit
+ * value, which is (nibble ^ 8) - 8. Two 32-bit shifts after the widening instead of
+ * six byte operations (masks, a shift, an interleave, the sign fix) before it: int4
+ * decode is bound by its vector operations, which on Intel cores beside 512-bit FMAs
+ * all take an FMA port; on AMD Zen 4, where a 512-bit operation is two 256-bit halves,
+ * 9 halves against the old 10. */
+#define KVQ_I4_SHL (((int64_t)24 << 32) | 28)
 #endif
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 #define KVQ_LANES 16
@@ -104,7 +104,9 @@ static inline float kvq_one(sdpa_dtype dt, const unsigned char *row, int64_t e) 
 #define KVQ_I4(out, p)                                                                      \
     do {                                                                                   \
         const __m128i b_ = _mm_loadl_epi64((const __m128i *)(const void *)(p));            \
-        (out) = (kvq_f32)_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(KVQ_NIBBLES(b_)));         \
+        const __m512i x_ = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b_, b_));                \
+        (out) = (kvq_f32)_mm512_cvtepi32_ps(                                               \
+            _mm512_srai_epi32(_mm512_sllv_epi32(x_, _mm512_set1_epi64(KVQ_I4_SHL)), 28));  \
     } while (0)
 #define KVQ_FP8_HALF(out, p, E4M3)                                                          \
     do {                                                                                   \
@@ -134,7 +136,9 @@ static inline float kvq_one(sdpa_dtype dt, const unsigned char *row, int64_t e) 
         int32_t w_;                                                                        \
         memcpy(&w_, (p), sizeof w_);                                                       \
         const __m128i b_ = _mm_cvtsi32_si128(w_);                                          \
-        (out) = (kvq_f32)_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(KVQ_NIBBLES(b_)));         \
+        const __m256i x_ = _mm256_cvtepu8_epi32(_mm_unpacklo_epi8(b_, b_));                \
+        (out) = (kvq_f32)_mm256_cvtepi32_ps(                                               \
+            _mm256_srai_epi32(_mm256_sllv_epi32(x_, _mm256_set1_epi64x(KVQ_I4_SHL)), 28)); \
     } while (0)
 #define KVQ_FP8_HALF(out, p, E4M3)                                                          \
     do {                                                                                   \
