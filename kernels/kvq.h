@@ -22,9 +22,13 @@
  * value x 2^-8, normal and subnormal codes alike (binary16's bias is 8 more and its
  * subnormals have 7 more bits of range), which vcvtph2ps widens exactly (binary16
  * subnormals included: it ignores MXCSR.DAZ, checked with DAZ and FTZ set) and one
- * multiplication by 2^8 restores exactly; e4m3's NaN codes are set after. In every
- * table an e5m2 NaN keeps its code's mantissa bits as binary16's widening does (quiet
- * bit set), and an e4m3 NaN is the default quiet NaN with the code's sign.
+ * multiplication by 2^8 restores exactly. e4m3's NaN codes (S.1111.111) become the
+ * binary16 0x7f80 with the code's sign on the way, by carry: adding 2^7 to the moved bits
+ * carries into bit 14, which the moved bits never use, only from a code whose exponent
+ * and mantissa are all ones; that bit ORed in is the top exponent bit, so the binary16 is
+ * a NaN, 2 vector operations where a compare, a mask and a select took 4. In every table
+ * an e5m2 NaN keeps its code's mantissa bits as binary16's widening does (quiet bit set),
+ * and an e4m3 NaN is what that binary16 widens to: sign | 0x7ff00000, quiet.
  */
 #ifndef SDPA_KVQ_H
 #define SDPA_KVQ_H
@@ -50,8 +54,8 @@ static inline float kvq_bits(uint32_t u) {
 static inline float kvq_fp8_one(uint8_t c, int mbits, int bias) {
     const uint32_t a = c & 0x7fu, sign = (uint32_t)(c & 0x80u) << 24;
     const uint32_t e = a >> mbits, m = a & ((1u << mbits) - 1u);
-    if (mbits == 3 && a == 0x7fu)
-        return kvq_bits(sign | 0x7fc00000u);
+    if (mbits == 3 && a == 0x7fu) /* as the binary16 0x7f80 widens (the x86 route) */
+        return kvq_bits(sign | 0x7ff00000u);
     if (mbits == 2 && e == 31u) /* a NaN as binary16's widening gives it: quiet, m kept */
         return kvq_bits(sign | 0x7f800000u | (m ? 0x400000u | m << 21 : 0u));
     if (e)
@@ -84,15 +88,10 @@ static inline float kvq_one(sdpa_dtype dt, const unsigned char *row, int64_t e) 
  * "KV caches" and "The split-KV merge, and prefill with scores transposed"). */
 #if defined(__AVX2__) /* both x86 tables (AVX-512 implies it) */
 #include <immintrin.h>
-/* x86 int4: each byte of b twice in a row, widened to 32-bit lanes (lane l holds byte
- * l / 2), then shifted left by KVQ_I4_SHL (28 in even lanes, 24 in odd: the lane's
- * nibble to the top) and arithmetically right by 28: the nibble as a signed 4-bit
- * value, which is (nibble ^ 8) - 8. Two 32-bit shifts after the widening instead of
- * six byte operations (masks, a shift, an interleave, the sign fix) before it: int4
- * decode is bound by its vector operations, which on Intel cores beside 512-bit FMAs
- * all take an FMA port; on AMD Zen 4, where a 512-bit operation is two 256-bit halves,
- * 9 halves against the old 10. */
-#define KVQ_I4_SHL (((int64_t)24 << 32) | 28)
+/* The e4m3 NaN by carry (the file comment): b16 | ((b16 + 2^7) & 2^14) on the codes' moved
+ * bits b16, in 16-bit lanes. */
+#define KVQ_E4M3_NAN_ADD 0x80
+#define KVQ_E4M3_NAN_BIT 0x4000
 #endif
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 #define KVQ_LANES 16
@@ -101,31 +100,65 @@ static inline float kvq_one(sdpa_dtype dt, const unsigned char *row, int64_t e) 
         const __m128i b_ = _mm_loadu_si128((const __m128i *)(const void *)(p));            \
         (out) = (kvq_u32)((SIGNED) ? _mm512_cvtepi8_epi32(b_) : _mm512_cvtepu8_epi32(b_)); \
     } while (0)
+/* x86 int4 on AVX-512: no shifts and no conversion. The 8 bytes of 16 codes are broadcast
+ * to every 128-bit lane and byte-shuffled so that 32-bit lane l holds byte l / 2 (zero
+ * above); one ternary-logic operation keeps the lane's nibble (bits 0-3 in even lanes, 4-7
+ * in odd), flips its top bit (n ^ 8, the signed nibble plus 8) and ORs in the exponent of
+ * 2^23 (even) or 2^19 (odd), where the nibble's bits are the float's units: the float is
+ * 2^23 + (n ^ 8) or 2^19 + (n ^ 8), and subtracting 2^23 + 8 or 2^19 + 8 leaves the
+ * signed value (n ^ 8) - 8 exactly (both operands and the result are exact in fp32; a
+ * zero is +0, as the conversion of 0 gives). 3 vector operations where the widening and
+ * two shifts and a conversion took 4 (int4 decode-long 8% faster on AMD Zen 4,
+ * docs/PERFORMANCE.md "Quantized decode's operations"). Per 32-bit lane pair, the
+ * ternary logic's B selects, bit by bit, the constant C (1) or A ^ C (0), imm 0x9a; C
+ * (the exponents and the flipped bits) read as floats is 2^19 + 8 | 2^23 + 8, the number
+ * to subtract. */
+#define KVQ_I4_B (((int64_t)0xffffff0f << 32) | 0xfffffff0) /* odd lane | even lane */
+#define KVQ_I4_C (((int64_t)0x49000080 << 32) | 0x4b000008)
+#define KVQ_I4_BYTE(i) ((int)(0x80808000u | (i))) /* byte i; 0x80: a zero byte */
 #define KVQ_I4(out, p)                                                                      \
     do {                                                                                   \
-        const __m128i b_ = _mm_loadl_epi64((const __m128i *)(const void *)(p));            \
-        const __m512i x_ = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b_, b_));                \
-        (out) = (kvq_f32)_mm512_cvtepi32_ps(                                               \
-            _mm512_srai_epi32(_mm512_sllv_epi32(x_, _mm512_set1_epi64(KVQ_I4_SHL)), 28));  \
+        int64_t w_;                                                                        \
+        memcpy(&w_, (p), sizeof w_);                                                       \
+        const __m512i x_ = _mm512_shuffle_epi8(                                            \
+            _mm512_set1_epi64(w_), /* lane l: byte l / 2 of the lane's copy, zeros above */ \
+            _mm512_set_epi32(KVQ_I4_BYTE(7), KVQ_I4_BYTE(7), KVQ_I4_BYTE(6), KVQ_I4_BYTE(6), \
+                             KVQ_I4_BYTE(5), KVQ_I4_BYTE(5), KVQ_I4_BYTE(4), KVQ_I4_BYTE(4), \
+                             KVQ_I4_BYTE(3), KVQ_I4_BYTE(3), KVQ_I4_BYTE(2), KVQ_I4_BYTE(2), \
+                             KVQ_I4_BYTE(1), KVQ_I4_BYTE(1), KVQ_I4_BYTE(0), KVQ_I4_BYTE(0))); \
+        const __m512i y_ = _mm512_ternarylogic_epi32(x_, _mm512_set1_epi64(KVQ_I4_B),      \
+                                                     _mm512_set1_epi64(KVQ_I4_C), 0x9a);   \
+        (out) = (kvq_f32)_mm512_sub_ps(_mm512_castsi512_ps(y_),                            \
+                                       _mm512_castsi512_ps(_mm512_set1_epi64(KVQ_I4_C)));   \
     } while (0)
 #define KVQ_FP8_HALF(out, p, E4M3)                                                          \
     do {                                                                                   \
         const __m128i b_ = _mm_loadu_si128((const __m128i *)(const void *)(p));            \
-        const __m256i h_ = (E4M3) ? _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(b_), 7), \
-                                                     _mm256_set1_epi16((short)0xbf80))     \
-                                  : _mm256_slli_epi16(_mm256_cvtepu8_epi16(b_), 8);        \
-        __m512 f_ = _mm512_cvtph_ps(h_);                                                   \
+        __m256i h_;                                                                        \
         if (E4M3) {                                                                        \
-            const __mmask16 nan_ = _mm_cmpeq_epi8_mask(                                    \
-                _mm_and_si128(b_, _mm_set1_epi8(0x7f)), _mm_set1_epi8(0x7f));              \
-            f_ = _mm512_castsi512_ps(_mm512_mask_ternarylogic_epi32(                        \
-                _mm512_castps_si512(_mm512_mul_ps(f_, _mm512_set1_ps(256.0f))), nan_,      \
-                _mm512_set1_epi32(INT32_MIN), _mm512_set1_epi32(0x7fc00000), 0xea));       \
+            h_ = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(b_), 7),          \
+                                  _mm256_set1_epi16((short)0xbf80));                       \
+            h_ = _mm256_ternarylogic_epi32( /* h | ((h + 2^7) & 2^14): the NaN codes */    \
+                h_, _mm256_add_epi16(h_, _mm256_set1_epi16(KVQ_E4M3_NAN_ADD)),             \
+                _mm256_set1_epi16(KVQ_E4M3_NAN_BIT), 0xf8);                                \
+        } else {                                                                           \
+            h_ = _mm256_slli_epi16(_mm256_cvtepu8_epi16(b_), 8);                           \
         }                                                                                  \
+        __m512 f_ = _mm512_cvtph_ps(h_);                                                   \
+        if (E4M3)                                                                          \
+            f_ = _mm512_mul_ps(f_, _mm512_set1_ps(256.0f));                                \
         (out) = (kvq_f32)f_;                                                               \
     } while (0)
 #elif defined(__AVX2__)
 #define KVQ_LANES 8
+/* x86 int4 on AVX2: each byte of b twice in a row, widened to 32-bit lanes (lane l holds
+ * byte l / 2), then shifted left by KVQ_I4_SHL (28 in even lanes, 24 in odd: the lane's
+ * nibble to the top) and arithmetically right by 28: the nibble as a signed 4-bit value,
+ * which is (nibble ^ 8) - 8. Two 32-bit shifts after the widening instead of six byte
+ * operations (masks, a shift, an interleave, the sign fix) before it. (AVX-512's route
+ * above needs its ternary logic: without it, three operations replace the one and it
+ * saves nothing.) */
+#define KVQ_I4_SHL (((int64_t)24 << 32) | 28)
 #define KVQ_WIDEN(out, p, SIGNED)                                                          \
     do {                                                                                   \
         const __m128i b_ = _mm_loadl_epi64((const __m128i *)(const void *)(p));            \
@@ -143,19 +176,19 @@ static inline float kvq_one(sdpa_dtype dt, const unsigned char *row, int64_t e) 
 #define KVQ_FP8_HALF(out, p, E4M3)                                                          \
     do {                                                                                   \
         const __m128i b_ = _mm_loadl_epi64((const __m128i *)(const void *)(p));            \
-        const __m128i h_ = (E4M3) ? _mm_and_si128(_mm_slli_epi16(_mm_cvtepi8_epi16(b_), 7), \
-                                                  _mm_set1_epi16((short)0xbf80))           \
-                                  : _mm_slli_epi16(_mm_cvtepu8_epi16(b_), 8);              \
-        __m256 f_ = _mm256_cvtph_ps(h_);                                                   \
+        __m128i h_;                                                                        \
         if (E4M3) {                                                                        \
-            const __m256 nan_ = _mm256_castsi256_ps(_mm256_cvtepi8_epi32(           \
-                _mm_cmpeq_epi8(_mm_and_si128(b_, _mm_set1_epi8(0x7f)), _mm_set1_epi8(0x7f)))); \
-            f_ = _mm256_mul_ps(f_, _mm256_set1_ps(256.0f));                                \
-            const __m256 qn_ = _mm256_or_ps(                                               \
-                _mm256_and_ps(f_, _mm256_castsi256_ps(_mm256_set1_epi32(INT32_MIN))),      \
-                _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000)));                       \
-            f_ = _mm256_blendv_ps(f_, qn_, nan_);                                          \
+            h_ = _mm_and_si128(_mm_slli_epi16(_mm_cvtepi8_epi16(b_), 7),                   \
+                               _mm_set1_epi16((short)0xbf80));                             \
+            h_ = _mm_or_si128(h_, _mm_and_si128( /* the NaN codes */                      \
+                _mm_add_epi16(h_, _mm_set1_epi16(KVQ_E4M3_NAN_ADD)),                       \
+                _mm_set1_epi16(KVQ_E4M3_NAN_BIT)));                                        \
+        } else {                                                                           \
+            h_ = _mm_slli_epi16(_mm_cvtepu8_epi16(b_), 8);                                 \
         }                                                                                  \
+        __m256 f_ = _mm256_cvtph_ps(h_);                                                   \
+        if (E4M3)                                                                          \
+            f_ = _mm256_mul_ps(f_, _mm256_set1_ps(256.0f));                                \
         (out) = (kvq_f32)f_;                                                               \
     } while (0)
 #elif defined(__ARM_NEON)
@@ -198,7 +231,7 @@ typedef float kvq_f32 __attribute__((vector_size(4 * KVQ_LANES)));
                       kvq_bits((uint32_t)(127 + 1 - (BIAS) - (MBITS)) << 23)) | sign_;     \
         kvq_u32 r_ = KVQ_SELECT(e_ != 0u, normal_, sub_);                                  \
         if ((MBITS) == 3)                                                                  \
-            r_ = KVQ_SELECT(a_ == 0x7fu, sign_ | 0x7fc00000u, r_);                         \
+            r_ = KVQ_SELECT(a_ == 0x7fu, sign_ | 0x7ff00000u, r_);                         \
         else                                                                               \
             r_ = KVQ_SELECT(e_ == 31u,                                                     \
                             sign_ | 0x7f800000u | ((kvq_u32)(m_ != 0u) & (0x400000u | m_ << 21)), r_); \
