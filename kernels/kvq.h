@@ -131,7 +131,7 @@ static inline float kvq_one(sdpa_dtype dt, const unsigned char *row, int64_t e) 
         (out) = (kvq_f32)_mm512_sub_ps(_mm512_castsi512_ps(y_),                            \
                                        _mm512_castsi512_ps(_mm512_set1_epi64(KVQ_I4_C)));   \
     } while (0)
-#define KVQ_FP8_HALF(out, p, E4M3)                                                          \
+#define KVQ_FP8_HALF(out, p, E4M3, RAW)                                                    \
     do {                                                                                   \
         const __m128i b_ = _mm_loadu_si128((const __m128i *)(const void *)(p));            \
         __m256i h_;                                                                        \
@@ -145,7 +145,7 @@ static inline float kvq_one(sdpa_dtype dt, const unsigned char *row, int64_t e) 
             h_ = _mm256_slli_epi16(_mm256_cvtepu8_epi16(b_), 8);                           \
         }                                                                                  \
         __m512 f_ = _mm512_cvtph_ps(h_);                                                   \
-        if (E4M3)                                                                          \
+        if ((E4M3) && !(RAW))                                                              \
             f_ = _mm512_mul_ps(f_, _mm512_set1_ps(256.0f));                                \
         (out) = (kvq_f32)f_;                                                               \
     } while (0)
@@ -173,7 +173,7 @@ static inline float kvq_one(sdpa_dtype dt, const unsigned char *row, int64_t e) 
         (out) = (kvq_f32)_mm256_cvtepi32_ps(                                               \
             _mm256_srai_epi32(_mm256_sllv_epi32(x_, _mm256_set1_epi64x(KVQ_I4_SHL)), 28)); \
     } while (0)
-#define KVQ_FP8_HALF(out, p, E4M3)                                                          \
+#define KVQ_FP8_HALF(out, p, E4M3, RAW)                                                    \
     do {                                                                                   \
         const __m128i b_ = _mm_loadl_epi64((const __m128i *)(const void *)(p));            \
         __m128i h_;                                                                        \
@@ -187,7 +187,7 @@ static inline float kvq_one(sdpa_dtype dt, const unsigned char *row, int64_t e) 
             h_ = _mm_slli_epi16(_mm_cvtepu8_epi16(b_), 8);                                 \
         }                                                                                  \
         __m256 f_ = _mm256_cvtph_ps(h_);                                                   \
-        if (E4M3)                                                                          \
+        if ((E4M3) && !(RAW))                                                              \
             f_ = _mm256_mul_ps(f_, _mm256_set1_ps(256.0f));                                \
         (out) = (kvq_f32)f_;                                                               \
     } while (0)
@@ -243,8 +243,12 @@ typedef float kvq_f32 __attribute__((vector_size(4 * KVQ_LANES)));
 /* value(code) of elements [i, i + KVQ_LANES) of a row stored as dt (quantized), a whole
  * register of codes read in place. The fused tiles (kernels/x86/tiles.h) and kvq_span
  * below both decode through it (and kvq_codes_part), so they give the same values. i is
- * even for SDPA_I4 (two codes per byte, the even one in the low nibble). */
-static inline kvq_f32 kvq_codes(sdpa_dtype dt, const unsigned char *row, int64_t i) {
+ * even for SDPA_I4 (two codes per byte, the even one in the low nibble). With e4m3_raw
+ * (x86 only, where KVQ_E4M3_RAW is defined) an e4m3 code gives value(code) / 2^8, the
+ * binary16 route's value before its multiplication by 2^8, for a caller that folds the
+ * 2^8 into its scale instead (tiles.h, "e4m3's 2^8"). */
+static inline kvq_f32 kvq_codes_x(sdpa_dtype dt, const unsigned char *row, int64_t i,
+                                  int e4m3_raw) {
     const unsigned char *p = row + (dt == SDPA_I4 ? i / 2 : i);
     kvq_u32 c;
     kvq_f32 v;
@@ -267,10 +271,10 @@ static inline kvq_f32 kvq_codes(sdpa_dtype dt, const unsigned char *row, int64_t
     }
 #ifdef KVQ_FP8_HALF
     case SDPA_FP8_E4M3:
-        KVQ_FP8_HALF(v, p, 1);
+        KVQ_FP8_HALF(v, p, 1, e4m3_raw);
         break;
     default: /* SDPA_FP8_E5M2 */
-        KVQ_FP8_HALF(v, p, 0);
+        KVQ_FP8_HALF(v, p, 0, 0);
         break;
 #else
     case SDPA_FP8_E4M3:
@@ -283,7 +287,12 @@ static inline kvq_f32 kvq_codes(sdpa_dtype dt, const unsigned char *row, int64_t
         break;
 #endif
     }
+    (void)e4m3_raw;
     return v;
+}
+
+static inline kvq_f32 kvq_codes(sdpa_dtype dt, const unsigned char *row, int64_t i) {
+    return kvq_codes_x(dt, row, i, 0);
 }
 
 /* The same for elements [i, i + nv), 1 <= nv < KVQ_LANES, in lanes [0, nv) and 0 in the
@@ -292,13 +301,18 @@ static inline kvq_f32 kvq_codes(sdpa_dtype dt, const unsigned char *row, int64_t
  * instance of the fused tiles it tripled the ISA file's compile time. */
 static __attribute__((noinline, unused)) kvq_f32 kvq_codes_part(sdpa_dtype dt,
                                                                 const unsigned char *row,
-                                                                int64_t i, int nv) {
+                                                                int64_t i, int nv,
+                                                                int e4m3_raw) {
     unsigned char tail[KVQ_LANES];
     memset(tail, 0, sizeof tail);
     memcpy(tail, row + (dt == SDPA_I4 ? i / 2 : i),
            dt == SDPA_I4 ? (size_t)(nv + 1) / 2 : (size_t)nv);
-    return kvq_codes(dt, tail, 0);
+    return kvq_codes_x(dt, tail, 0, e4m3_raw);
 }
+#endif
+#ifdef KVQ_FP8_HALF
+/* kvq_codes_x's e4m3_raw values times this are value(code), exactly. */
+#define KVQ_E4M3_RAW 256.0f
 #endif
 
 /* Elements [d0, d0 + n) of a row stored as dt, times scale s, into out[0 .. n). */
@@ -311,7 +325,7 @@ static inline void kvq_span(sdpa_dtype dt, const unsigned char *row, int64_t d0,
         memcpy(out + d, &v, sizeof v);
     }
     if (d < n) {
-        const kvq_f32 v = kvq_codes_part(dt, row, d0 + d, n - d) * s;
+        const kvq_f32 v = kvq_codes_part(dt, row, d0 + d, n - d, 0) * s;
         memcpy(out + d, &v, (size_t)(n - d) * sizeof(float));
     }
 #else

@@ -263,7 +263,10 @@ static int same_floats(const float *a, const float *b, int n) {
  * for every format, one
  * scale per row and groups of multiples of SDPA_QGROUP_VEC, scales shared by all rows
  * (ldsc 0) or per row, fp32 or f16, head dims with vector tails, 1 to 11 rows (one or two passes of
- * every tile), misaligned rows whose last byte is followed by an unmapped page. */
+ * every tile), misaligned rows whose last byte is followed by an unmapped page. Shared
+ * fp32 scales also come near 2^-130 (products in the subnormals), up to 2^119 (2^8 s
+ * still finite: the x86 tiles fold e4m3's 2^8 into them) and up to 2^122 (where they
+ * must not), over fp8 codes of small values. */
 static void fused_quantized(void) {
     const sdpa_kernels *kt = sdpa_isa_lookup(th_isa)->kernels;
     if (!kt->qk_rows_q || !kt->pv_q)
@@ -279,17 +282,19 @@ static void fused_quantized(void) {
                 const int D = dims[di], group = gsel == 0 ? D : 16 << (gsel - 1);
                 if (group > D || D % group != 0 || (gsel > 0 && group == D))
                     continue;
-                for (int sm = 0; sm < 3; sm++, cases++) {
+                for (int sm = 0; sm < 4; sm++, cases++) {
                     const int m = ms[cases % N(ms)], n = ns[cases % N(ns)], ng = D / group;
-                    const int64_t ldsc = sm == 0 ? 0 : sm == 1 ? ng : ng + 3;
+                    const int64_t ldsc = sm == 0 || sm == 3 ? 0 : sm == 1 ? ng : ng + 3;
+                    static const float mags[] = {1.0f, 0x1p121f, 0x1p-130f, 0x1p118f};
+                    const float mag = sm == 0 ? mags[cases / 4 % N(mags)] : 1.0f;
                     const int64_t rowb = dts[d] == SDPA_I4 ? D / 2 : D;
                     const int64_t ldb = rowb + (cases % 3) * 5;
                     const size_t cbytes = (size_t)((n - 1) * ldb + rowb);
                     const int ldq = (D + 15) / 16 * 16, lds = (n + 15) / 16 * 16;
                     unsigned char *codes = th_alloc(cbytes, SC_GUARD_AFTER);
-                    /* scales per row and f16 on the third pass, fp32 otherwise; sc holds
-                     * their fp32 values for dequant */
-                    const sdpa_dtype sdt = sm == 2 ? SDPA_F16 : SDPA_F32;
+                    /* scales f16 on the third (per row) and fourth (shared) pass, fp32
+                     * otherwise; sc holds their fp32 values for dequant */
+                    const sdpa_dtype sdt = sm >= 2 ? SDPA_F16 : SDPA_F32;
                     const size_t nsc = (size_t)(ldsc * (n - 1) + ng);
                     void *scs = th_alloc(sc_dtype_size(sdt) * nsc, SC_GUARD_AFTER);
                     float *sc = th_alloc(sizeof(float) * nsc, SC_GUARD_NONE);
@@ -300,10 +305,15 @@ static void fused_quantized(void) {
                     float *o1 = th_alloc(sizeof(float) * (size_t)(m * ldq), SC_GUARD_NONE);
                     float *o2 = th_alloc(sizeof(float) * (size_t)(m * ldq), SC_GUARD_NONE);
                     float alpha[16];
+                    /* under the large scales, fp8 codes of small values (the top exponent
+                     * bits cleared: below 2^-3 in e4m3), so that the products stay finite
+                     * and a wrong fold shows */
+                    const int small = mag > 1.0f && (dts[d] == SDPA_FP8_E4M3 ||
+                                                     dts[d] == SDPA_FP8_E5M2);
                     for (size_t i = 0; i < cbytes; i++)
-                        codes[i] = (unsigned char)sc_rand_u64(&st);
+                        codes[i] = (unsigned char)(sc_rand_u64(&st) & (small ? 0x9fu : 0xffu));
                     for (size_t i = 0; i < nsc; i++) {
-                        sc_store(scs, i, sdt, sc_rand_float(&st) * 2.0f);
+                        sc_store(scs, i, sdt, sc_rand_float(&st) * 2.0f * mag);
                         sc[i] = sc_load(scs, i, sdt);
                     }
                     for (int i = 0; i < m * ldq; i++)

@@ -44,6 +44,7 @@
 #error "kernels/x86/tiles.h is compiled through an ISA file, after its vector layer"
 #endif
 
+#include <float.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -91,13 +92,38 @@ ALWAYS_INLINE size_t dt_bytes(sdpa_dtype dt, size_t n) {
 /* The lanes t, the first nt of them, of a row stored as dt from element i, as fp32: the
  * 16-bit and fp32 types widened (load_dt), a quantized type decoded (kvq.h) and
  * multiplied by its scale sv, fl(value(code) * scale) as `dequant` gives it. Lanes
- * outside t are 0, also when the scale is inf or NaN. */
-ALWAYS_INLINE vf load_kv(const char *row, int i, sdpa_dtype dt, vtail t, int nt, vf sv) {
+ * outside t are 0, also when the scale is inf or NaN. With fold (e4m3_fold) an e4m3
+ * code's value comes without its 2^8 and sv carries it. */
+ALWAYS_INLINE vf load_kv(const char *row, int i, sdpa_dtype dt, vtail t, int nt, vf sv,
+                         int fold) {
     if (!dt_quant(dt))
         return load_dt(row, i, dt, t);
+    const int raw = dt == SDPA_FP8_E4M3 && fold;
     if (nt < VL)
-        return v_keep(t, (vf)kvq_codes_part(dt, (const unsigned char *)row, i, nt) * sv);
-    return (vf)kvq_codes(dt, (const unsigned char *)row, i) * sv;
+        return v_keep(t, (vf)kvq_codes_part(dt, (const unsigned char *)row, i, nt, raw) * sv);
+    return (vf)kvq_codes_x(dt, (const unsigned char *)row, i, raw) * sv;
+}
+
+/* e4m3's 2^8. An e4m3 code decodes through binary16 to value(code) / 2^8, exactly
+ * (kvq.h), and its dequantized value is fl(value(code) * s). Where 2^8 s is exact, which
+ * is wherever it is finite (a multiplication by a power of two rounds only on overflow),
+ * fl(value(code) / 2^8 * (2^8 s)) is the same real product rounded once, so the same
+ * bits: the 2^8 goes into the scale, once per call or key, instead of a multiplication per
+ * vector of codes (in decode a tenth of an fp8 cache's vector operations per code). For
+ * an inf or NaN s the products are inf or NaN alike. The tiles fold it for a call whose
+ * rows share one set of scales (ld 0: the per-tensor and per-head scales fp8 caches
+ * keep) when every scale of the set passes; per-token scales, or a scale of 2^120 or more
+ * (2^8 s overflows), keep the multiplication. */
+static inline int e4m3_fold(sdpa_dtype dt, const sdpa_qscales *qs, int dim) {
+    if (dt != SDPA_FP8_E4M3 || !qs || qs->ld != 0)
+        return 0;
+    if (qs->dt == SDPA_F16) /* |s| <= 65504: 2^8 s is finite */
+        return 1;
+    const float *sc = (const float *)qs->p;
+    for (int g = 0; g < dim / qs->group; g++)
+        if (fabsf(sc[g]) * KVQ_E4M3_RAW > FLT_MAX && fabsf(sc[g]) <= FLT_MAX)
+            return 0; /* 2^8 s overflows, s finite */
+    return 1;
 }
 
 /* Scale i of a quantized row's scales at sp (bytes), fp32 or, where f16, binary16, in
@@ -292,7 +318,7 @@ TILE void qk_6x2v(int m, int n, int dk, float scale, const float *q, int ldq, co
  * left them stored to the stack at every slice). */
 ALWAYS_INLINE void qkr_keys(const int R, const int NK, const sdpa_dtype dt, int dk,
                             const float *q, int ldq, const char *const *kr,
-                            const char *const *scr, int f16, int group, vf *t,
+                            const char *const *scr, int f16, int fold, int group, vf *t,
                             const int ldt) {
     vf c[QKR_ACC_MAX], sv[QKR_NK_MAX], x[QKR_NK_MAX], qv[QKR_ROWS_MAX];
     UNROLL_FULL
@@ -303,12 +329,16 @@ ALWAYS_INLINE void qkr_keys(const int R, const int NK, const sdpa_dtype dt, int 
         UNROLL_FULL
         for (int i = 0; i < NK; i++)
             sv[i] = dt_quant(dt) ? scale_at(scr[i], gi, f16) : v_zero();
+        if (dt == SDPA_FP8_E4M3 && fold)
+            UNROLL_FULL
+            for (int i = 0; i < NK; i++)
+                sv[i] = sv[i] * v_set1(KVQ_E4M3_RAW);
         const int ge = g0 + gl;
         int d0 = g0;
         for (; d0 + VL <= ge; d0 += VL) {
             UNROLL_FULL
             for (int i = 0; i < NK; i++)
-                x[i] = load_kv(kr[i], d0, dt, v_full(), VL, sv[i]);
+                x[i] = load_kv(kr[i], d0, dt, v_full(), VL, sv[i], fold);
             UNROLL_FULL
             for (int r = 0; r < R; r++) {
                 qv[r] = v_loadu(q + (size_t)r * (size_t)ldq + d0);
@@ -323,7 +353,7 @@ ALWAYS_INLINE void qkr_keys(const int R, const int NK, const sdpa_dtype dt, int 
             const vtail mk = v_tail(ge - d0);
             UNROLL_FULL
             for (int i = 0; i < NK; i++)
-                x[i] = load_kv(kr[i], d0, dt, mk, ge - d0, sv[i]);
+                x[i] = load_kv(kr[i], d0, dt, mk, ge - d0, sv[i], fold);
             UNROLL_FULL
             for (int r = 0; r < R; r++)
                 qv[r] = v_load_part(q + (size_t)r * (size_t)ldq + d0, mk);
@@ -357,7 +387,7 @@ ALWAYS_INLINE int qkr_nk(const int R, const int quant) {
  * partial sums into t[r ldt + i] (qkr_keys). */
 ALWAYS_INLINE void qkr_step(const int R, const int NK, const sdpa_dtype dt, int AT, int j,
                             int dk, const float *q, int ldq, const void *k, size_t ldkb,
-                            const char *sc, int64_t ldscb, int f16, int group, size_t rowb,
+                            const char *sc, int64_t ldscb, int f16, int fold, int group, size_t rowb,
                             int ahead, int pfend, int npf, const char *pf,
                             const char *const *kat, vf *t, const int ldt) {
     /* the prefetches in a loop kept rolled: unrolled per key, their tests and line loops
@@ -380,11 +410,11 @@ ALWAYS_INLINE void qkr_step(const int R, const int NK, const sdpa_dtype dt, int 
         kr[i] = AT ? kat[j + i] : (const char *)k + (size_t)(j + i) * ldkb;
         scr[i] = dt_quant(dt) ? sc + (int64_t)(j + i) * ldscb : NULL;
     }
-    qkr_keys(R, NK, dt, dk, q, ldq, kr, scr, f16, group, t, ldt);
+    qkr_keys(R, NK, dt, dk, q, ldq, kr, scr, f16, fold, group, t, ldt);
 }
 
 /* qkr_step's arguments after j, as qkr_rows has them. */
-#define QKR_STEP dk, q, ldq, k, ldkb, sc, ldscb, f16, group, rowb, ahead, pfend, npf, pf, kat
+#define QKR_STEP dk, q, ldq, k, ldkb, sc, ldscb, f16, fold, group, rowb, ahead, pfend, npf, pf, kat
 
 /* S[0..R)[0..n) for R rows, VL keys at a time, NK keys a step (qkr_nk): each step's R
  * groups of NK partial-sum vectors go through the first log2 NK rounds of the reduction
@@ -408,7 +438,7 @@ ALWAYS_INLINE void qkr_step(const int R, const int NK, const sdpa_dtype dt, int 
  * scales are at sc, ldscb bytes per key, binary16 where f16 (qkr_keys). */
 ALWAYS_INLINE void qkr_rows(const int R, const sdpa_dtype dt, int AT, int n, int dk, float scale,
                             const float *q, int ldq, const void *k, size_t ldkb,
-                            const char *sc, int64_t ldscb, int f16, int group, float *s,
+                            const char *sc, int64_t ldscb, int f16, int fold, int group, float *s,
                             int lds, int npf, const char *pf, const char *const *kat) {
     const size_t rowb = dt_bytes(dt, (size_t)dk);
     const int ahead = (int)((AT ? SDPA_PREFETCH_AT_AHEAD : SDPA_PREFETCH_AHEAD) / rowb) + 1;
@@ -460,21 +490,27 @@ ALWAYS_INLINE void qkr_rows(const int R, const sdpa_dtype dt, int AT, int n, int
 
 /* qkr_rows with the storage type as a constant (the types kernels/ukernel.h lets
  * qk_rows and qk_rows_q read). */
-#define QKR_DT(DT, AT) qkr_rows(R, DT, AT, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf, pf, kat)
+#define QKR_DT(DT, AT, FOLD) qkr_rows(R, DT, AT, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, FOLD, group, s, lds, npf, pf, kat)
 /* AT (rows at addresses, kat) is a run-time test in the loop, not compiled apart, as
- * pv's (pv_row_tiles). */
+ * pv's (pv_row_tiles); e4m3 has an instance with its 2^8 folded and one without
+ * (e4m3_fold). */
 ALWAYS_INLINE void qkr_rows_dt(const int R, sdpa_dtype dt, int n, int dk, float scale,
                                const float *q, int ldq, const void *k, size_t ldkb,
-                               const char *sc, int64_t ldscb, int f16, int group, float *s,
+                               const char *sc, int64_t ldscb, int f16, int fold, int group, float *s,
                                int lds, int npf, const char *pf, const char *const *kat) {
     switch (dt) {
-    case SDPA_F16: QKR_DT(SDPA_F16, kat != NULL); return;
-    case SDPA_BF16: QKR_DT(SDPA_BF16, kat != NULL); return;
-    case SDPA_I8: QKR_DT(SDPA_I8, 0); return;
-    case SDPA_I4: QKR_DT(SDPA_I4, 0); return;
-    case SDPA_FP8_E4M3: QKR_DT(SDPA_FP8_E4M3, 0); return;
-    case SDPA_FP8_E5M2: QKR_DT(SDPA_FP8_E5M2, 0); return;
-    default: /* SDPA_F32 */ QKR_DT(SDPA_F32, kat != NULL); return;
+    case SDPA_F16: QKR_DT(SDPA_F16, kat != NULL, 0); return;
+    case SDPA_BF16: QKR_DT(SDPA_BF16, kat != NULL, 0); return;
+    case SDPA_I8: QKR_DT(SDPA_I8, 0, 0); return;
+    case SDPA_I4: QKR_DT(SDPA_I4, 0, 0); return;
+    case SDPA_FP8_E4M3:
+        if (fold)
+            QKR_DT(SDPA_FP8_E4M3, 0, 1);
+        else
+            QKR_DT(SDPA_FP8_E4M3, 0, 0);
+        return;
+    case SDPA_FP8_E5M2: QKR_DT(SDPA_FP8_E5M2, 0, 0); return;
+    default: /* SDPA_F32 */ QKR_DT(SDPA_F32, kat != NULL, 0); return;
     }
 }
 #undef QKR_DT
@@ -482,9 +518,9 @@ ALWAYS_INLINE void qkr_rows_dt(const int R, sdpa_dtype dt, int n, int dk, float 
 /* The parameter list of the qk_rows tiles (qk_rows_q's, less m). */
 #define QKR_ARGS                                                                             \
     int n, int dk, float scale, const float *q, int ldq, const void *k, size_t ldkb,         \
-        sdpa_dtype dt, const char *sc, int64_t ldscb, int f16, int group, float *s, int lds, \
+        sdpa_dtype dt, const char *sc, int64_t ldscb, int f16, int fold, int group, float *s, int lds, \
         int npf, const char *pf, const char *const *kat
-#define QKR_CALL n, dk, scale, q, ldq, k, ldkb, dt, sc, ldscb, f16, group, s, lds, npf, pf, kat
+#define QKR_CALL n, dk, scale, q, ldq, k, ldkb, dt, sc, ldscb, f16, fold, group, s, lds, npf, pf, kat
 
 /* The qk_rows register tiles, one function per row count: qkr_Rrows holds R NK
  * accumulators (R rows x the NK keys of a step, qkr_nk) + NK K slices (a quantized K's
@@ -494,14 +530,14 @@ ALWAYS_INLINE void qkr_rows_dt(const int R, sdpa_dtype dt, int n, int dk, float 
  * Each row count is its own function rather than an arm of one switch function: in
  * decode, where each pass over a block is short and K streams from DRAM, the switch
  * form measured slower (docs/PERFORMANCE.md, "Kernel measurements"). */
-TILE void qkr_1row(QKR_ARGS) { qkr_rows_dt(1, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf, pf, kat); }
-TILE void qkr_2rows(QKR_ARGS) { qkr_rows_dt(2, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf, pf, kat); }
-TILE void qkr_3rows(QKR_ARGS) { qkr_rows_dt(3, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf, pf, kat); }
-TILE void qkr_4rows(QKR_ARGS) { qkr_rows_dt(4, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf, pf, kat); }
-TILE void qkr_5rows(QKR_ARGS) { qkr_rows_dt(5, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf, pf, kat); }
-TILE void qkr_6rows(QKR_ARGS) { qkr_rows_dt(6, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf, pf, kat); }
-TILE void qkr_7rows(QKR_ARGS) { qkr_rows_dt(7, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf, pf, kat); }
-TILE void qkr_8rows(QKR_ARGS) { qkr_rows_dt(8, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, group, s, lds, npf, pf, kat); }
+TILE void qkr_1row(QKR_ARGS) { qkr_rows_dt(1, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, fold, group, s, lds, npf, pf, kat); }
+TILE void qkr_2rows(QKR_ARGS) { qkr_rows_dt(2, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, fold, group, s, lds, npf, pf, kat); }
+TILE void qkr_3rows(QKR_ARGS) { qkr_rows_dt(3, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, fold, group, s, lds, npf, pf, kat); }
+TILE void qkr_4rows(QKR_ARGS) { qkr_rows_dt(4, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, fold, group, s, lds, npf, pf, kat); }
+TILE void qkr_5rows(QKR_ARGS) { qkr_rows_dt(5, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, fold, group, s, lds, npf, pf, kat); }
+TILE void qkr_6rows(QKR_ARGS) { qkr_rows_dt(6, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, fold, group, s, lds, npf, pf, kat); }
+TILE void qkr_7rows(QKR_ARGS) { qkr_rows_dt(7, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, fold, group, s, lds, npf, pf, kat); }
+TILE void qkr_8rows(QKR_ARGS) { qkr_rows_dt(8, dt, n, dk, scale, q, ldq, k, ldkb, sc, ldscb, f16, fold, group, s, lds, npf, pf, kat); }
 
 /* qk_rows_q, qk_rows and qk_rows_at in passes of QKR_MR rows (the including ISA's), the
  * last pass with the rest; each pass reads K once (rows ldkb bytes apart from k, or at
@@ -515,6 +551,7 @@ static void qkr_passes(int m, int n, int dk, float scale, const float *q0, int l
     const int f16 = qs && qs->dt == SDPA_F16, group = qs ? qs->group : dk;
     const char *sc = qs ? (const char *)qs->p : NULL;
     const int64_t ldscb = qs ? qs->ld * (f16 ? 2 : 4) : 0;
+    const int fold = e4m3_fold(dt, qs, dk);
     for (int r0 = 0; r0 < m; r0 += QKR_MR) {
         const float *q = q0 + (size_t)r0 * (size_t)ldq;
         float *s = s0 + (size_t)r0 * (size_t)lds;
@@ -650,6 +687,8 @@ typedef struct {
     int64_t ldscb;
     int f16;             /* binary16 where f16, else fp32, ... */
     int goff[PV_WIDE_CMAX]; /* ... vector c's at offset goff[c] from them */
+    int fold;            /* e4m3 codes decoded without their 2^8, which the scales carry
+                          * (e4m3_fold) */
 } pv_chunk_args;
 
 /* pv's register tile for a chunk of nv vectors of Dv: the including ISA file defines
@@ -671,14 +710,14 @@ static inline int pv_plain(int AT, const pv_chunk_args *a, int pf) {
 /* One key of pv_tile: the NV vectors of V's row at vj (a quantized V's scales at sj)
  * times column j of the tile's MR rows of P, added to acc. */
 ALWAYS_INLINE void pv_key(const int MR, const int NV, const int FULL, const sdpa_dtype dt,
-                          const pv_chunk_args *a, const char *vj, const char *sj,
+                          const int FOLD, const pv_chunk_args *a, const char *vj, const char *sj,
                           const float *p, int ldp, int j, vtail last, vf *acc) {
     vf vv[8];
     UNROLL_FULL
     for (int c = 0; c < NV; c++) {
         const int whole = c < NV - 1 || FULL;
         vv[c] = load_kv(vj, VL * c, dt, whole ? v_full() : last, whole ? VL : a->lastw,
-                        dt_quant(dt) ? scale_at(sj, a->goff[c], a->f16) : v_zero());
+                        dt_quant(dt) ? scale_at(sj, a->goff[c], a->f16) : v_zero(), FOLD);
     }
     UNROLL_FULL
     for (int k = 0; k < MR * NV; k++)
@@ -696,7 +735,8 @@ ALWAYS_INLINE void pv_key(const int MR, const int NV, const int FULL, const sdpa
  * quantized V (pv_q) is decoded and scaled vector by vector as it is loaded (load_kv),
  * one scale per vector (a vector never straddles two groups: SDPA_QGROUP_VEC). */
 ALWAYS_INLINE void pv_tile(const int MRMAX, const int MR, const int NV, const int FULL,
-                           const sdpa_dtype dt, int AT, const pv_chunk_args *a, const float *p,
+                           const sdpa_dtype dt, const int FOLD, int AT, const pv_chunk_args *a,
+                           const float *p,
                            const float *alpha, float *o, vtail last, int pf) {
     if (MR > MRMAX) /* a switch arm the tile never takes (pv_row_tiles) */
         return;
@@ -721,7 +761,7 @@ ALWAYS_INLINE void pv_tile(const int MRMAX, const int MR, const int NV, const in
      * no second loop */
     if ((V_MASKS_FREE && FULL) || (!dt_quant(dt) && pv_plain(AT, a, pf))) {
         for (int j = 0; j < n; j++)
-            pv_key(MR, NV, FULL, dt, a, v + (size_t)j * ldvb, NULL, p, ldp, j, last, acc);
+            pv_key(MR, NV, FULL, dt, FOLD, a, v + (size_t)j * ldvb, NULL, p, ldp, j, last, acc);
     } else {
         for (int j = 0; j < n; j++) {
             const char *vj = AT ? a->vat[j] + a->voff : v + (size_t)j * ldvb;
@@ -735,7 +775,7 @@ ALWAYS_INLINE void pv_tile(const int MRMAX, const int MR, const int NV, const in
                     prefetch_row(vj + (size_t)pf * ldvb, pfb);
             }
             const char *sj = dt_quant(dt) ? a->sc + (int64_t)j * a->ldscb : NULL;
-            pv_key(MR, NV, FULL, dt, a, vj, sj, p, ldp, j, last, acc);
+            pv_key(MR, NV, FULL, dt, FOLD, a, vj, sj, p, ldp, j, last, acc);
         }
     }
     UNROLL_FULL
@@ -751,22 +791,27 @@ ALWAYS_INLINE void pv_tile(const int MRMAX, const int MR, const int NV, const in
 
 /* pv_tile with the storage type as a constant: one of the quantized types where QUANT
  * (the pvq tiles, pv_q), else f32/f16/bf16 (the pv tiles, pv). */
-#define PV_DT(DT) pv_tile(MRMAX, MR, NV, FULL, DT, AT, a, p, alpha, o, last, pf)
+#define PV_DT(DT, FOLD) pv_tile(MRMAX, MR, NV, FULL, DT, FOLD, AT, a, p, alpha, o, last, pf)
 ALWAYS_INLINE void pv_tile_q(const int MRMAX, const int MR, const int NV, const int FULL,
                              const int QUANT, int AT, const pv_chunk_args *a, const float *p,
                              const float *alpha, float *o, vtail last, int pf) {
     if (QUANT) {
         switch (a->dt) {
-        case SDPA_I4: PV_DT(SDPA_I4); return;
-        case SDPA_FP8_E4M3: PV_DT(SDPA_FP8_E4M3); return;
-        case SDPA_FP8_E5M2: PV_DT(SDPA_FP8_E5M2); return;
-        default: /* SDPA_I8 */ PV_DT(SDPA_I8); return;
+        case SDPA_I4: PV_DT(SDPA_I4, 0); return;
+        case SDPA_FP8_E4M3:
+            if (a->fold)
+                PV_DT(SDPA_FP8_E4M3, 1);
+            else
+                PV_DT(SDPA_FP8_E4M3, 0);
+            return;
+        case SDPA_FP8_E5M2: PV_DT(SDPA_FP8_E5M2, 0); return;
+        default: /* SDPA_I8 */ PV_DT(SDPA_I8, 0); return;
         }
     }
     switch (a->dt) {
-    case SDPA_F16: PV_DT(SDPA_F16); return;
-    case SDPA_BF16: PV_DT(SDPA_BF16); return;
-    default: /* SDPA_F32 */ PV_DT(SDPA_F32); return;
+    case SDPA_F16: PV_DT(SDPA_F16, 0); return;
+    case SDPA_BF16: PV_DT(SDPA_BF16, 0); return;
+    default: /* SDPA_F32 */ PV_DT(SDPA_F32, 0); return;
     }
 }
 #undef PV_DT
@@ -907,6 +952,11 @@ TILE void pvq_6x2v(const pv_chunk_args *a) { pv_row_tiles(6, 2, 1, a); }
  * to PV_WIDE_CMAX vectors instead of PV_CMAX. */
 #define PV_WIDE_M 8
 
+/* Vectors of Dv up to which pv_q folds e4m3's 2^8 into a copy of the scales on the stack
+ * (pv_chunks): Dv = 512 at AVX-512, 256 at AVX2, the widest head dims engines run with fp8
+ * caches; a wider V keeps the multiplication. */
+#define PV_FOLD_VEC 32
+
 /* Dv is cut into chunks of at most cmax vectors, as even as possible (5 -> 3 + 2,
  * 8 -> 4 + 4, 9 -> 3 + 3 + 3 at cmax = 4; at cmax = 2, chunks of 2 and a last 1 for an
  * odd count), so no chunk but a lone one drops below 2 vectors and the tile keeps its
@@ -929,6 +979,17 @@ ALWAYS_INLINE void pv_chunks(const int QUANT, int m, int n, int dv, const float 
     const int ahead = (int)((vat ? SDPA_PREFETCH_AT_AHEAD : SDPA_PREFETCH_AHEAD) / rowb) + 1;
     const int pf = wide || npf > 0 || pfv ? ahead : 0;
     const int nchunk = (nvec + cmax - 1) / cmax;
+    /* a folded e4m3 V's scales, 2^8 s for each vector of Dv in order (e4m3_fold: they are
+     * the same for every key), as fp32: the tiles read them where they would read the
+     * cache's own, without a multiplication per vector */
+    const int fold = QUANT && nvec <= PV_FOLD_VEC && e4m3_fold(dt, qs, dv);
+    float sfold[PV_FOLD_VEC];
+    if (fold)
+        for (int c = 0; c < nvec; c++) {
+            const int64_t g = VL * c / group;
+            sfold[c] = (f16 ? _cvtsh_ss(((const uint16_t *)qs->p)[g])
+                            : ((const float *)qs->p)[g]) * KVQ_E4M3_RAW;
+        }
     int c0 = 0;
     for (int ch = 0; ch < nchunk; ch++) {
         const int nv = nvec / nchunk + (ch < nvec % nchunk);
@@ -954,12 +1015,13 @@ ALWAYS_INLINE void pv_chunks(const int QUANT, int m, int n, int dv, const float 
         a.whole = nchunk == 1;
         a.vat = vat;
         a.voff = dt_bytes(dt, (size_t)(VL * c0));
-        a.sc = qs ? (const char *)qs->p : NULL;
-        a.ldscb = qs ? qs->ld * (f16 ? 2 : 4) : 0;
-        a.f16 = f16;
+        a.sc = fold ? (const char *)(sfold + c0) : qs ? (const char *)qs->p : NULL;
+        a.ldscb = qs && !fold ? qs->ld * (f16 ? 2 : 4) : 0;
+        a.f16 = f16 && !fold;
+        a.fold = fold;
         if (QUANT) {
             for (int c = 0; c < nv; c++)
-                a.goff[c] = VL * (c0 + c) / group;
+                a.goff[c] = fold ? c : VL * (c0 + c) / group;
             pvq_chunk(nv, &a);
         } else if (m <= PV_WIDE_TILE_ROWS || (size_t)n * dt_bytes(dt, (size_t)(VL * nv)) <=
                                                   PV_SPAN_BYTES) {
