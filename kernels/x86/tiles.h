@@ -387,8 +387,8 @@ ALWAYS_INLINE int qkr_nk(const int R, const int quant) {
  * partial sums into t[r ldt + i] (qkr_keys). */
 ALWAYS_INLINE void qkr_step(const int R, const int NK, const sdpa_dtype dt, int AT, int j,
                             int dk, const float *q, int ldq, const void *k, size_t ldkb,
-                            const char *sc, int64_t ldscb, int f16, int fold, int group, size_t rowb,
-                            int ahead, int pfend, int npf, const char *pf,
+                            const char *sc, int64_t ldscb, int f16, int fold, int group,
+                            size_t rowb, int ahead, int pfend, int npf, const char *pf,
                             const char *const *kat, vf *t, const int ldt) {
     /* the prefetches in a loop kept rolled: unrolled per key, their tests and line loops
      * made each tile function several times larger for nothing measured */
@@ -438,8 +438,8 @@ ALWAYS_INLINE void qkr_step(const int R, const int NK, const sdpa_dtype dt, int 
  * scales are at sc, ldscb bytes per key, binary16 where f16 (qkr_keys). */
 ALWAYS_INLINE void qkr_rows(const int R, const sdpa_dtype dt, int AT, int n, int dk, float scale,
                             const float *q, int ldq, const void *k, size_t ldkb,
-                            const char *sc, int64_t ldscb, int f16, int fold, int group, float *s,
-                            int lds, int npf, const char *pf, const char *const *kat) {
+                            const char *sc, int64_t ldscb, int f16, int fold, int group,
+                            float *s, int lds, int npf, const char *pf, const char *const *kat) {
     const size_t rowb = dt_bytes(dt, (size_t)dk);
     const int ahead = (int)((AT ? SDPA_PREFETCH_AT_AHEAD : SDPA_PREFETCH_AHEAD) / rowb) + 1;
     const int pfend = n + min_int(npf, ahead); /* rows below it may be prefetched */
@@ -496,8 +496,9 @@ ALWAYS_INLINE void qkr_rows(const int R, const sdpa_dtype dt, int AT, int n, int
  * (e4m3_fold). */
 ALWAYS_INLINE void qkr_rows_dt(const int R, sdpa_dtype dt, int n, int dk, float scale,
                                const float *q, int ldq, const void *k, size_t ldkb,
-                               const char *sc, int64_t ldscb, int f16, int fold, int group, float *s,
-                               int lds, int npf, const char *pf, const char *const *kat) {
+                               const char *sc, int64_t ldscb, int f16, int fold, int group,
+                               float *s, int lds, int npf, const char *pf,
+                               const char *const *kat) {
     switch (dt) {
     case SDPA_F16: QKR_DT(SDPA_F16, kat != NULL, 0); return;
     case SDPA_BF16: QKR_DT(SDPA_BF16, kat != NULL, 0); return;
@@ -518,8 +519,8 @@ ALWAYS_INLINE void qkr_rows_dt(const int R, sdpa_dtype dt, int n, int dk, float 
 /* The parameter list of the qk_rows tiles (qk_rows_q's, less m). */
 #define QKR_ARGS                                                                             \
     int n, int dk, float scale, const float *q, int ldq, const void *k, size_t ldkb,         \
-        sdpa_dtype dt, const char *sc, int64_t ldscb, int f16, int fold, int group, float *s, int lds, \
-        int npf, const char *pf, const char *const *kat
+        sdpa_dtype dt, const char *sc, int64_t ldscb, int f16, int fold, int group, float *s,  \
+        int lds, int npf, const char *pf, const char *const *kat
 #define QKR_CALL n, dk, scale, q, ldq, k, ldkb, dt, sc, ldscb, f16, fold, group, s, lds, npf, pf, kat
 
 /* The qk_rows register tiles, one function per row count: qkr_Rrows holds R NK
