@@ -23,10 +23,14 @@
  * subnormals have 7 more bits of range), which vcvtph2ps widens exactly (binary16
  * subnormals included: it ignores MXCSR.DAZ, checked with DAZ and FTZ set) and one
  * multiplication by 2^8 restores exactly. e4m3's NaN codes (S.1111.111) become the
- * binary16 0x7f80 with the code's sign on the way, by carry: adding 2^7 to the moved bits
- * carries into bit 14, which the moved bits never use, only from a code whose exponent
- * and mantissa are all ones; that bit ORed in is the top exponent bit, so the binary16 is
- * a NaN, 2 vector operations where a compare, a mask and a select took 4. In every table
+ * binary16 0x7f80 with the code's sign on the way, by carry: the code sign-extended to 16
+ * bits and shifted left by 7 (t) has its exponent and mantissa in bits 13..7 and its sign
+ * in bits 15 and 14; adding 2^7 carries into bit 14 only from a code whose exponent and
+ * mantissa are all ones, so bit 14 of t ^ (t + 2^7) is that carry, and t with its bit 14
+ * replaced by it, t ^ ((t + 2^7) & 2^14), is the moved code with the top exponent bit set
+ * for the NaN codes alone: 3 vector operations for the move and the NaN, where a mask
+ * more (clearing the sign's second copy) and a compare, a mask and a select took 6. In
+ * every table
  * an e5m2 NaN keeps its code's mantissa bits as binary16's widening does (quiet bit set),
  * and an e4m3 NaN is what that binary16 widens to: sign | 0x7ff00000, quiet.
  */
@@ -88,8 +92,8 @@ static inline float kvq_one(sdpa_dtype dt, const unsigned char *row, int64_t e) 
  * "KV caches" and "The split-KV merge, and prefill with scores transposed"). */
 #if defined(__AVX2__) /* both x86 tables (AVX-512 implies it) */
 #include <immintrin.h>
-/* The e4m3 NaN by carry (the file comment): b16 | ((b16 + 2^7) & 2^14) on the codes' moved
- * bits b16, in 16-bit lanes. */
+/* The e4m3 binary16 by carry (the file comment): t ^ ((t + 2^7) & 2^14), where t is the
+ * sign-extended code shifted left by 7, in 16-bit lanes. */
 #define KVQ_E4M3_NAN_ADD 0x80
 #define KVQ_E4M3_NAN_BIT 0x4000
 #endif
@@ -136,11 +140,10 @@ static inline float kvq_one(sdpa_dtype dt, const unsigned char *row, int64_t e) 
         const __m128i b_ = _mm_loadu_si128((const __m128i *)(const void *)(p));            \
         __m256i h_;                                                                        \
         if (E4M3) {                                                                        \
-            h_ = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(b_), 7),          \
-                                  _mm256_set1_epi16((short)0xbf80));                       \
-            h_ = _mm256_ternarylogic_epi32( /* h | ((h + 2^7) & 2^14): the NaN codes */    \
-                h_, _mm256_add_epi16(h_, _mm256_set1_epi16(KVQ_E4M3_NAN_ADD)),             \
-                _mm256_set1_epi16(KVQ_E4M3_NAN_BIT), 0xf8);                                \
+            const __m256i t_ = _mm256_slli_epi16(_mm256_cvtepi8_epi16(b_), 7);             \
+            h_ = _mm256_ternarylogic_epi32( /* t ^ ((t + 2^7) & 2^14) */                  \
+                t_, _mm256_add_epi16(t_, _mm256_set1_epi16(KVQ_E4M3_NAN_ADD)),             \
+                _mm256_set1_epi16(KVQ_E4M3_NAN_BIT), 0x78);                                \
         } else {                                                                           \
             h_ = _mm256_slli_epi16(_mm256_cvtepu8_epi16(b_), 8);                           \
         }                                                                                  \
@@ -178,10 +181,9 @@ static inline float kvq_one(sdpa_dtype dt, const unsigned char *row, int64_t e) 
         const __m128i b_ = _mm_loadl_epi64((const __m128i *)(const void *)(p));            \
         __m128i h_;                                                                        \
         if (E4M3) {                                                                        \
-            h_ = _mm_and_si128(_mm_slli_epi16(_mm_cvtepi8_epi16(b_), 7),                   \
-                               _mm_set1_epi16((short)0xbf80));                             \
-            h_ = _mm_or_si128(h_, _mm_and_si128( /* the NaN codes */                      \
-                _mm_add_epi16(h_, _mm_set1_epi16(KVQ_E4M3_NAN_ADD)),                       \
+            const __m128i t_ = _mm_slli_epi16(_mm_cvtepi8_epi16(b_), 7);                   \
+            h_ = _mm_xor_si128(t_, _mm_and_si128( /* t ^ ((t + 2^7) & 2^14) */            \
+                _mm_add_epi16(t_, _mm_set1_epi16(KVQ_E4M3_NAN_ADD)),                       \
                 _mm_set1_epi16(KVQ_E4M3_NAN_BIT)));                                        \
         } else {                                                                           \
             h_ = _mm_slli_epi16(_mm_cvtepu8_epi16(b_), 8);                                 \
