@@ -46,6 +46,7 @@
 #define KV_I8 {SDPA_F32, SDPA_I8, SDPA_I8, SDPA_F32}
 #define KV_I4 {SDPA_F32, SDPA_I4, SDPA_I4, SDPA_F32}
 #define KV_E4M3 {SDPA_F32, SDPA_FP8_E4M3, SDPA_FP8_E4M3, SDPA_F32}
+#define KV_E5M2 {SDPA_F32, SDPA_FP8_E5M2, SDPA_FP8_E5M2, SDPA_F32}
 
 /* batched-decode's caches: a mix of long and short sequences, up to Tkv = 8192 */
 static const int64_t batched_lens[16] = {8192, 300,  4096, 1024, 7000, 64,  2048, 8192,
@@ -111,10 +112,11 @@ const sb_shape sb_suite[] = {
     /* decode-long and chunked-prefill over the caches engines keep: a pool of 16-token
      * pages in shuffled order (vLLM's block size), int8 with a scale per token and head
      * (OpenVINO, ONNX Runtime), int4 in groups of 32 with f16 scales (llama.cpp's q4_0),
-     * fp8 e4m3 with a calibrated scale per head (vLLM, SGLang). Against their contiguous
-     * shapes they show what paging costs and what fewer bytes per key buy. The default
-     * suite keeps paging (fp32), int8, int4 and the paged int8 prefill; f16 paging and
-     * fp8 (another dequantization of the same byte count as int8) are the full suite's. */
+     * fp8 e4m3 and e5m2 with a calibrated scale per head (vLLM, SGLang). Against their
+     * contiguous shapes they show what paging costs and what fewer bytes per key buy. The
+     * default suite keeps paging (fp32), int8, int4 and the paged int8 prefill; f16
+     * paging and fp8 (other dequantizations of the same byte count as int8) are the full
+     * suite's. */
     ENGINE("decode-long-paged16", .B = 1, .Hq = 32, .Hkv = 8, .Tq = 1, .Tkv = 65536, .Dk = 128,
            .Dv = 128, .page = 16),
     ENGINE_FULL("decode-long-f16-paged16", .B = 1, .Hq = 32, .Hkv = 8, .Tq = 1, .Tkv = 65536,
@@ -125,6 +127,8 @@ const sb_shape sb_suite[] = {
            .Dv = 128, .dt = KV_I4, .qscale = SC_QS_ROW, .qgroup = 32, .qscale_dt = SDPA_F16),
     ENGINE_FULL("decode-long-fp8", .B = 1, .Hq = 32, .Hkv = 8, .Tq = 1, .Tkv = 65536,
                 .Dk = 128, .Dv = 128, .dt = KV_E4M3, .qscale = SC_QS_HEAD),
+    ENGINE_FULL("decode-long-fp8-e5m2", .B = 1, .Hq = 32, .Hkv = 8, .Tq = 1, .Tkv = 65536,
+                .Dk = 128, .Dv = 128, .dt = KV_E5M2, .qscale = SC_QS_HEAD),
     ENGINE("chunked-prefill-int8-paged16", .B = 1, .Hq = 8, .Hkv = 2, .Tq = 512, .Tkv = 16384,
            .Dk = 128, .Dv = 128, .causal = SDPA_CAUSAL_BOTTOM_RIGHT, .dt = KV_I8,
            .qscale = SC_QS_ROW, .page = 16),

@@ -49,6 +49,7 @@ KV_CACHE_PAIRS = (("decode-long-paged16", "decode-long", 0.95),
                   ("decode-long-int8", "decode-long-f16", 1.8),
                   ("decode-long-int4", "decode-long-f16", 3.2),
                   ("decode-long-fp8", "decode-long-f16", 1.8),
+                  ("decode-long-fp8-e5m2", "decode-long-f16", 1.8),
                   ("chunked-prefill-int8-paged16", "chunked-prefill", 0.8))
 # Issue 17: int8 decode reads its codes and scales at this % of the DRAM read bandwidth
 # or more at all cores.
