@@ -68,27 +68,25 @@ enum {
 
 /* ---- exp ---------------------------------------------------------------------------
  *
- * The algorithm of kernels/exp.h, with NEON's instructions: n rounded by FCVTNS (to
- * nearest even, from the float product x log2 e, as AVX-512 does; saturating, and NaN
- * gives 0, both in lanes that end as 0 or NaN anyway), the reduction and the polynomial
- * in FMLA/FMLS, 2^n as two exact powers of two built in the exponent field: 2^n1 2^n2,
- * n1 = n >> 1, n2 = n - n1, both in [-63, 64] for the n of any x in [EXP_LO, EXP_HI], so
- * n = 128 (x just below ln FLT_MAX, where p(r) < 1 keeps the result finite) and results
- * just below FLT_MIN (rounded once, by the second product) need no special path. Its
- * error is the one exp.h gives for AVX-512, whose bits it reproduces for every input
- * but NaN. any_x = 0 drops the clamp at EXP_HI, for softmax, whose arguments are never
- * positive (or are NaN).
+ * The algorithm of kernels/exp.h, with NEON's instructions: the clamp at EXP_FLOOR (as
+ * AVX-512), n rounded by FCVTNS (to nearest even, from the float product x log2 e, as
+ * AVX-512 does; saturating, and NaN gives 0, in a lane that ends as NaN anyway), the
+ * reduction and the polynomial in FMLA/FMLS, 2^n as two exact powers of two built in the
+ * exponent field: 2^n1 2^n2, n1 = n >> 1, n2 = n - n1, both in [-108, 64] for the n of
+ * any x in [EXP_FLOOR, EXP_HI], so n = 128 (x just below ln FLT_MAX, where p(r) < 1 keeps
+ * the result finite), subnormal results (rounded once, by the second product) and the
+ * clamped lanes (+0) need no special path. Its error is the one exp.h gives for AVX-512,
+ * whose bits it reproduces for every input but NaN. any_x = 0 drops the clamp at EXP_HI,
+ * for softmax, whose arguments are never positive (or are NaN).
  */
 ALWAYS_INLINE float32x4_t exp_vec(float32x4_t x, const int any_x) {
-    const uint32x4_t dead = vcltq_f32(x, vdupq_n_f32(EXP_LO)); /* false for NaN */
+    x = vmaxq_f32(vdupq_n_f32(EXP_FLOOR), x); /* FMAX returns NaN when x is NaN */
     if (any_x)
         x = vminq_f32(vdupq_n_f32(EXP_HI), x); /* FMIN returns NaN when x is NaN */
     const int32x4_t n = vcvtnq_s32_f32(vmulq_n_f32(x, LOG2E));
     const float32x4_t nf = vcvtq_f32_s32(n);
-    float32x4_t r = vfmsq_f32(x, nf, vdupq_n_f32(LN2_HI));
-    r = vfmsq_f32(r, nf, vdupq_n_f32(LN2_LO));
-    float32x4_t p = vdupq_n_f32(EXP_C6);
-    p = vfmaq_f32(vdupq_n_f32(EXP_C5), p, r);
+    const float32x4_t r = vfmsq_f32(x, nf, vdupq_n_f32(LN2));
+    float32x4_t p = vdupq_n_f32(EXP_C5);
     p = vfmaq_f32(vdupq_n_f32(EXP_C4), p, r);
     p = vfmaq_f32(vdupq_n_f32(EXP_C3), p, r);
     p = vfmaq_f32(vdupq_n_f32(EXP_C2), p, r);
@@ -98,8 +96,7 @@ ALWAYS_INLINE float32x4_t exp_vec(float32x4_t x, const int any_x) {
     const int32x4_t bias = vdupq_n_s32(127); /* 2^k is the float with exponent field k + 127 */
     const float32x4_t s1 = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(n1, bias), 23));
     const float32x4_t s2 = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(n2, bias), 23));
-    const float32x4_t y = vmulq_f32(vmulq_f32(p, s1), s2);
-    return vreinterpretq_f32_u32(vbicq_u32(vreinterpretq_u32_f32(y), dead));
+    return vmulq_f32(vmulq_f32(p, s1), s2);
 }
 
 static void neon_vexp(int n, const float *x, float *y) {

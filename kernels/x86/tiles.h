@@ -136,19 +136,17 @@ ALWAYS_INLINE vf scale_at(const char *sp, int64_t i, int f16) {
 /* ---- exp ------------------------------------------------------------------------ */
 
 /* exp of VL lanes: the algorithm of kernels/exp.h, steps 1-5, with the vector layer's
- * rounding and scaling. any_x = 0 drops the clamp at EXP_HI (and AVX2's n = 128 step),
- * for softmax, whose arguments s - max and m_run - max are never positive (or are
- * NaN); the results are otherwise the same. */
+ * low-end step, rounding and scaling. any_x = 0 drops the clamp at EXP_HI (and AVX2's
+ * n = 128 step), for softmax, whose arguments s - max and m_run - max are never
+ * positive (or are NaN); the results are otherwise the same. */
 ALWAYS_INLINE vf exp_vec(vf x, const int any_x) {
-    const vmask live = v_cmp_nlt(x, v_set1(EXP_LO));
+    const vmask live = v_exp_low(&x);
     if (any_x)
         x = v_min(v_set1(EXP_HI), x); /* vminps returns x when x is NaN */
     vf aux;
     const vf n = v_exp_round(x, &aux);
-    vf r = v_fnmadd(n, v_set1(LN2_HI), x);
-    r = v_fnmadd(n, v_set1(LN2_LO), r);
-    vf p = v_set1(EXP_C6);
-    p = v_fmadd(p, r, v_set1(EXP_C5));
+    const vf r = v_fnmadd(n, v_set1(LN2), x);
+    vf p = v_set1(EXP_C5);
     p = v_fmadd(p, r, v_set1(EXP_C4));
     p = v_fmadd(p, r, v_set1(EXP_C3));
     p = v_fmadd(p, r, v_set1(EXP_C2));

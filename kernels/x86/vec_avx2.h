@@ -129,9 +129,15 @@ static inline vf v_lanes_even(vf a, vf b) { return _mm256_permute2f128_ps(a, b, 
 static inline vf v_lanes_odd(vf a, vf b) { return _mm256_permute2f128_ps(a, b, 0x31); }
 
 /* What else the exp needs (kernels/exp.h): the clamp (vminps returns b when either is
- * NaN), the reduction, and the two ISA steps. */
+ * NaN), the reduction, and the three ISA steps. */
 static inline vf v_min(vf a, vf b) { return _mm256_min_ps(a, b); }
 static inline vf v_fnmadd(vf a, vf b, vf c) { return _mm256_fnmadd_ps(a, b, c); } /* c - a b */
+
+/* Step 1 of kernels/exp.h by a mask: live = !(x < EXP_LO), true for NaN (the scaling
+ * below cannot reach under 2^-126, so the dead lanes are zeroed by it). */
+ALWAYS_INLINE vmask v_exp_low(vf *x) {
+    return _mm256_cmp_ps(*x, _mm256_set1_ps(EXP_LO), _CMP_NLT_UQ);
+}
 
 /* Step 3 of kernels/exp.h: n = round(x log2 e) by EXP_SHIFTER (the exact product,
  * rounded once by the FMA); aux = n + shifter, whose low mantissa bits v_exp_scale

@@ -114,7 +114,7 @@ static inline vf v_lanes_even(vf a, vf b) { return _mm512_shuffle_f32x4(a, b, 0x
 static inline vf v_lanes_odd(vf a, vf b) { return _mm512_shuffle_f32x4(a, b, 0xdd); }
 
 /* What else the exp needs (kernels/exp.h): the clamp (vminps returns b when either is
- * NaN), the reduction, and the two ISA steps. */
+ * NaN), the reduction, and the three ISA steps. */
 static inline vf v_min(vf a, vf b) { return _mm512_min_ps(a, b); }
 static inline vf v_fnmadd(vf a, vf b, vf c) { return _mm512_fnmadd_ps(a, b, c); } /* c - a b */
 
@@ -127,11 +127,22 @@ ALWAYS_INLINE vf v_exp_round(vf x, vf *aux) {
     return n;
 }
 
-/* Step 5: p 2^n in the live lanes, 0 elsewhere, by vscalefps (exact for every n). */
+/* Step 1 of kernels/exp.h by the clamp x = max(EXP_FLOOR, x) (vmaxps returns its second
+ * operand, x, when x is NaN): no lane mask, whose comparison would take a slot of the
+ * FMA pipes on AMD Zen 4 (docs/PERFORMANCE.md, "The exp in seven operations"); every
+ * lane is live. */
+ALWAYS_INLINE vmask v_exp_low(vf *x) {
+    *x = _mm512_max_ps(_mm512_set1_ps(EXP_FLOOR), *x);
+    return (vmask)0xffff;
+}
+
+/* Step 5: p 2^n by vscalefps (exact for every n; subnormal results rounded once, and
+ * those of the clamped lanes to +0). */
 ALWAYS_INLINE vf v_exp_scale(vf p, vf n, vf aux, vmask live, const int any_x) {
     (void)aux;
+    (void)live;
     (void)any_x;
-    return _mm512_maskz_scalef_ps(live, p, n);
+    return _mm512_scalef_ps(p, n);
 }
 
 /* For qk_rows: keeps x in a register, so the compiler may not fold its load into the
