@@ -168,36 +168,43 @@ void dropout_block(const plan *pl, const rows *it, const scratch *w, int ra, int
 /* 1 if every element of the block's V rows (stored as dt) is finite, so 0 * V is 0: no
  * element has an all-ones exponent field (binary32 0x7f800000, binary16 0x7c00,
  * bfloat16 0x7f80). Adding the exponent's lowest bit to the masked exponent carries into
- * the sign bit exactly when the field is all ones; OR-ing those sums is branch-free, so
- * the compiler vectorises the loops with the baseline ISA (docs/PERFORMANCE.md, "bf16
- * compute": the check ran at 2.5% of prefill-causal's time as a compare per element). */
+ * the element's sign bit exactly when the field is all ones, and never past it, so one
+ * 32-bit lane holds one binary32 or two 16-bit elements; OR-ing the sums is branch-free.
+ * The lanes go four to a 16-byte vector (GCC vector extensions, the baseline ISA's SSE2
+ * or NEON): gcc 12 at -O2 leaves the scalar loop scalar, about one element a cycle,
+ * which made this check 1.5% of prefill-causal once every causal diagonal block ran it
+ * (docs/PERFORMANCE.md, "The causal diagonal in one call per row group"). */
+typedef uint32_t vf_u32x4 __attribute__((vector_size(16)));
 int v_block_finite(const char *v, int64_t ldv, sdpa_dtype dt, int n, int dv) {
-    uint32_t acc32 = 0;
-    uint16_t acc16 = 0;
+    const size_t rowb = (size_t)dv * sdpa_dtype_size(dt);
+    const uint32_t ex = dt == SDPA_F32 ? 0x7f800000u : dt == SDPA_F16 ? 0x7c007c00u : 0x7f807f80u;
+    const uint32_t one = dt == SDPA_F32 ? 0x00800000u : dt == SDPA_F16 ? 0x04000400u : 0x00800080u;
+    const uint32_t sign = dt == SDPA_F32 ? 0x80000000u : 0x80008000u;
+    vf_u32x4 acc0 = {0, 0, 0, 0}, acc1 = {0, 0, 0, 0};
     for (int j = 0; j < n; j++) {
         const char *row = v + (size_t)(j * ldv) * sdpa_dtype_size(dt);
-        if (dt == SDPA_F32) {
-            for (int d = 0; d < dv; d++) {
-                uint32_t u;
-                memcpy(&u, row + 4 * (size_t)d, sizeof u);
-                acc32 |= (u & 0x7f800000u) + 0x00800000u;
-            }
-        } else {
-            const uint16_t ex = dt == SDPA_F16 ? 0x7c00u : 0x7f80u;
-            const uint16_t one = dt == SDPA_F16 ? 0x0400u : 0x0080u;
-            for (int d = 0; d < dv; d++) {
-                uint16_t h;
-                memcpy(&h, row + 2 * (size_t)d, sizeof h);
-                acc16 |= (uint16_t)((h & ex) + one);
-            }
+        size_t b = 0;
+        for (; b + 32 <= rowb; b += 32) {
+            vf_u32x4 x, y;
+            memcpy(&x, row + b, sizeof x);
+            memcpy(&y, row + b + 16, sizeof y);
+            acc0 |= (x & ex) + one;
+            acc1 |= (y & ex) + one;
+        }
+        for (; b < rowb; b += 16) { /* the tail, zero-filled: a zero element is finite */
+            vf_u32x4 x = {0, 0, 0, 0};
+            memcpy(&x, row + b, rowb - b < 16 ? rowb - b : 16);
+            acc0 |= (x & ex) + one;
         }
     }
-    return !(acc32 & 0x80000000u) && !(acc16 & 0x8000u);
+    acc0 |= acc1;
+    return !((acc0[0] | acc0[1] | acc0[2] | acc0[3]) & sign);
 }
 
-/* Rows per multi-row P V call in pv_ranges: 8 keeps the per-row remainders (at most 7
- * keys on a causal diagonal) small against a block of 64 (docs/PERFORMANCE.md,
- * "RANGE_ROW_GROUP"). */
+/* Rows per multi-row P V call in pv_ranges: 8 bounds a group's row-key pairs with hidden
+ * keys (P = 0) at 8 x 7 / 2 = 28 on a causal diagonal, 224 in a diagonal block of 64
+ * keys against the 2080 pairs it sees, and its per-row remainders on the exact path at
+ * 7 keys; 6 and 12 measured the same (docs/PERFORMANCE.md, "RANGE_ROW_GROUP"). */
 #define RANGE_ROW_GROUP 8
 
 /* Key j of a block of V rows. */
@@ -223,15 +230,21 @@ static void pv_call(const plan *pl, int m, int n, const float *p, const vrows *v
 }
 
 /* P V of rows [ra, rb) of a block where each row sees one contiguous range [a_r, e_r) of
- * its keys (causal diagonal, window edges): exact without touching a hidden key's V.
- * Runs of rows that see the whole block take one plain pv call; the others go in groups
- * whose common range is one multi-row pv call (it applies alpha), and only each row's
- * extra keys beyond it run row by row. A row that sees none of the block is skipped: its
- * step is the identity. */
+ * its keys (causal diagonal, window edges). Runs of rows that see the whole block take one
+ * plain pv call; the others go in groups of up to RANGE_ROW_GROUP rows. When every element
+ * of the block's V is finite a group is one pv call over the union of its rows' ranges: a
+ * hidden key's P is exactly +0 (exp(-inf)), so it adds +0 x V = +-0 to O, which changes
+ * nothing but a -0 of O into +0 (the explicit mask's full pass does the same), and a row
+ * that sees none of the block gets alpha = 1 (its running max unchanged) or alpha = 0
+ * with O = 0 (nothing seen yet). Otherwise, exact without touching a hidden key's V: each
+ * group's common range is one multi-row pv call (it applies alpha), and only each row's
+ * extra keys beyond it run row by row; a row that sees none of the block is skipped, its
+ * step the identity. */
 static void pv_ranges(const plan *pl, const rows *it, const scratch *w, int ra, int rb,
                       int64_t j0, int n, const vrows *v) {
     vrows t;
     const int Dv = (int)pl->p.Dv;
+    int finite = -1; /* whether the block's V is finite: checked at the first partial row */
     int r = ra;
     while (r < rb) {
         int a, e;
@@ -245,8 +258,11 @@ static void pv_ranges(const plan *pl, const rows *it, const scratch *w, int ra, 
             r = r1;
             continue;
         }
-        /* a group of up to RANGE_ROW_GROUP partial rows, and its common range [A, E) */
-        int g1 = r, A = 0, E = n, ga[RANGE_ROW_GROUP], ge[RANGE_ROW_GROUP];
+        if (finite < 0)
+            finite = v_block_finite(v->v, v->ld, v->dt, n, Dv);
+        /* a group of up to RANGE_ROW_GROUP partial rows, its common range [A, E) and the
+         * union [U, X) of the ranges of the rows that see some key */
+        int g1 = r, A = 0, E = n, U = n, X = 0, ga[RANGE_ROW_GROUP], ge[RANGE_ROW_GROUP];
         while (g1 < rb && g1 - r < RANGE_ROW_GROUP) {
             row_cut(it, w, g1, j0, n, &a, &e);
             if (a == 0 && e == n)
@@ -255,7 +271,18 @@ static void pv_ranges(const plan *pl, const rows *it, const scratch *w, int ra, 
             ge[g1 - r] = e;
             A = a > A ? a : A;
             E = e < E ? e : E;
+            if (a < e) {
+                U = a < U ? a : U;
+                X = e > X ? e : X;
+            }
             g1++;
+        }
+        if (finite) {
+            if (U < X)
+                pv_call(pl, g1 - r, X - U, w->s + (size_t)r * (size_t)pl->lds + U,
+                        v_from(v, U, &t), w->alpha + r, w->o + (size_t)r * (size_t)pl->ldo);
+            r = g1;
+            continue;
         }
         const int common = A < E;
         if (common)

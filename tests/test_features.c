@@ -296,9 +296,17 @@ static void fill_poison(sc_tensors *t, const sc_case *c, void *ctx) {
     const poison *ps = ctx;
     for (int64_t b = 0; b < t->VB; b++)
         for (int64_t h = 0; h < c->Hkv; h++) {
-            float *v = sc_at(&t->v, b, h, ps->key);
-            v[0] = NAN;
-            v[c->Dv - 1] = INFINITY;
+            const sdpa_tensor r = sc_view_at(&t->v, b, h, ps->key);
+            if (r.dtype == SDPA_F32) {
+                float *v = r.data;
+                v[0] = NAN;
+                v[c->Dv - 1] = INFINITY;
+            } else { /* binary16 or bfloat16: a quiet NaN and +inf */
+                uint16_t *v = r.data;
+                const int f16 = r.dtype == SDPA_F16;
+                v[0] = f16 ? 0x7e00u : 0x7fc0u;
+                v[c->Dv - 1] = f16 ? 0x7c00u : 0x7f80u;
+            }
         }
     if (t->desc.mask.kind == SDPA_MASK_BOOL) { /* hide the key from every row */
         const sdpa_mask *m = &t->desc.mask;
@@ -330,6 +338,23 @@ static void hidden_values(void) {
         c.wr = 0;
         ps.key = 20; /* rows 0..19 (diagonal 60..79) never see key 20 */
         th_run_case_with(&c, "non-finite V outside the window", fill_poison, &ps, NULL);
+    }
+    /* above the causal diagonal, in a block the rows before it see in part (its other
+     * keys): those rows stay finite, the later ones carry the NaN and inf (the
+     * reference's positions); V as fp32, f16 with an odd Dv and bf16, so the check of a
+     * block's V for non-finite elements meets whole vectors, a tail and both 16-bit
+     * encodings */
+    {
+        static const sdpa_dtype vdt[] = {SDPA_F32, SDPA_F16, SDPA_BF16};
+        static const int64_t dv[] = {16, 9, 40};
+        for (int k = 0; k < 3; k++) {
+            sc_case c = {.B = 1, .Hq = 2, .Hkv = 1, .Tq = 130, .Tkv = 130, .Dk = 16,
+                         .Dv = dv[k], .causal = 1, .seed = 11 + (uint64_t)k};
+            c.dt[1] = c.dt[2] = vdt[k];
+            poison ps = {70}; /* block 64..127: rows 64..69 see keys 64.. before it */
+            th_run_case_with(&c, "non-finite V above the causal diagonal", fill_poison, &ps,
+                             NULL);
+        }
     }
 }
 
