@@ -174,17 +174,69 @@ static int run_prefetch(const plan *pl, const rows *it, int which, int64_t j0, i
     return 0;
 }
 
+/* The band [*r0, *r1) of rows in [ra, rb) that see some key in [h0, h1) of the block
+ * of n keys at j0 (empty: *r0 >= *r1). */
+static void band_of(const rows *it, const scratch *w, int ra, int rb, int64_t j0, int n,
+                    int h0, int h1, int *r0, int *r1) {
+    *r0 = rb;
+    *r1 = ra;
+    for (int r = ra; r < rb; r++) {
+        int a, e;
+        row_cut(it, w, r, j0, n, &a, &e);
+        if (a < e && a < h1 && e > h0) {
+            *r0 = r < *r0 ? r : *r0;
+            *r1 = r + 1;
+        }
+    }
+}
+
+/* QK^T of a block that rows [ra, rb) see only in part (a causal diagonal, a window's
+ * edge), in two parts of its keys, each packed and multiplied for only the band of rows
+ * that see some key of it: on the causal diagonal the rows before the middle key skip
+ * the second half, a quarter of the block's products. A row outside a part's band sees
+ * none of its keys, so prepare_block sets its scores there to -inf whatever they held,
+ * and a score's bits do not depend on the keys or rows beside it in a qk call. The first
+ * part is a multiple of 16 keys, so the second part's packed keys and its columns of S
+ * start 64-byte aligned whatever Dk, and of kp_align, so the two packs fill what one
+ * would. Returns 0 (nothing done) when every row sees both parts. */
+static int qk_parts(const plan *pl, const rows *it, const scratch *w, int64_t j0, int n,
+                    int ra, int rb, const char *k, int64_t ldk, sdpa_dtype dt) {
+    const sdpa_problem *p = &pl->p;
+    const sdpa_kernels *kt = pl->kt;
+    const int h = (n / 2) & ~15, Dk = (int)p->Dk;
+    if (h == 0 || h % kt->kp_align != 0)
+        return 0;
+    int b0, e0, b1, e1;
+    band_of(it, w, ra, rb, j0, n, 0, h, &b0, &e0);
+    band_of(it, w, ra, rb, j0, n, h, n, &b1, &e1);
+    if (b0 == ra && e0 == rb && b1 == ra && e1 == rb)
+        return 0;
+    if (b0 < e0) {
+        kt->pack_k(h, Dk, k, ldk, dt, w->kp);
+        kt->qk(e0 - b0, h, Dk, p->scale, w->q + (size_t)b0 * (size_t)pl->ldq, pl->ldq, w->kp,
+               w->s + (size_t)b0 * (size_t)pl->lds, pl->lds);
+    }
+    if (b1 < e1) {
+        float *kp = w->kp + (size_t)h * (size_t)Dk;
+        kt->pack_k(n - h, Dk, k + (size_t)((int64_t)h * ldk) * sdpa_dtype_size(dt), ldk, dt, kp);
+        kt->qk(e1 - b1, n - h, Dk, p->scale, w->q + (size_t)b1 * (size_t)pl->ldq, pl->ldq, kp,
+               w->s + (size_t)b1 * (size_t)pl->lds + h, pl->lds);
+    }
+    return 1;
+}
+
 /* S rows [ra, rb) = scale Q K^T for the n keys of the block kv (caller memory, or the
  * block gathered by kv_block): K rows read in place by qk_rows for plans of few rows,
  * else packed by pack_k for qk.
  * The choice is the plan's, never the block's, so the forward pass and the attention
  * weights compute every score the same way (both kernels give a row the same bits
  * whichever rows share the call).
+ * A block not plain (masked, or modified scores) may go to qk_parts.
  * npf: the keys of the unit after the block (kernels/ukernel.h). Returns 1 if qk_rows
  * read the block's last rows in place, told that the stream goes on (so it may have
  * prefetched the next block's first rows), else 0. */
 static int block_scores(const plan *pl, const rows *it, const scratch *w, const vrows *kv,
-                        int64_t j0, int n, int ra, int rb, int npf, int warm) {
+                        int64_t j0, int n, int ra, int rb, int npf, int warm, int plain) {
     const sdpa_problem *p = &pl->p;
     const sdpa_kernels *kt = pl->kt;
     float *s = w->s + (size_t)ra * (size_t)pl->lds;
@@ -257,6 +309,8 @@ static int block_scores(const plan *pl, const rows *it, const scratch *w, const 
                     streamed ? npf : 0, NULL);
         return streamed;
     }
+    if (!plain && qk_parts(pl, it, w, j0, n, ra, rb, k, ldk, dt))
+        return 0;
     kt->pack_k(n, (int)p->Dk, k, ldk, dt, w->kp);
     kt->qk(rb - ra, n, (int)p->Dk, p->scale, q, pl->ldq, w->kp, s, pl->lds);
     return 0;
@@ -456,7 +510,7 @@ void run_keys(const plan *pl, const rows *it, const scratch *w, int64_t ja, int6
         const vrows k = kin    ? (vrows){kbase + (size_t)(j0 * p->ks[2]) * kes, p->ks[2], p->kt}
                         : kseg ? (vrows){NULL, 0, SDPA_F32}
                                : kv_block(pl, it, w, 0, j0, n);
-        kahead = block_scores(pl, it, w, kseg ? NULL : &k, j0, n, ra, rb, npf, kahead);
+        kahead = block_scores(pl, it, w, kseg ? NULL : &k, j0, n, ra, rb, npf, kahead, plain);
         const int masked = plain ? 0 : prepare_block(pl, it, w, ra, rb, j0, n);
         c->masked += masked != 0;
         if (!forward) {
