@@ -59,6 +59,9 @@ struct sdpa_plan {
     int k_at, v_at;       /* paged f32/f16/bf16 K of decode (V of every unmasked block)
                              read a block per call by qk_rows_at (pv_at) through the
                              row addresses kv_rows_at lists, not page by page */
+    int at_ahead[2];      /* rows of K (V) past a block whose addresses kv_rows_at lists:
+                             the kernels' distance SDPA_PREFETCH_AT_AHEAD in rows, at
+                             most KV_AT_AHEAD_MAX */
     int bf16;             /* SDPA_COMPUTE_BF16: Q, K, V and P enter the products as bf16 */
     int bf16_tiles;       /* ... through the table's bf16 tiles (pack_k_bf16 + qk_bf16,
                              pack_v_bf16 + pv_bf16), not the fp32 ones on rounded operands */

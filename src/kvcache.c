@@ -207,21 +207,30 @@ int kv_rows_at(const plan *pl, const rows *it, int which, int64_t j0, int n, int
     const sdpa_problem *p = &pl->p;
     const int64_t *st = which ? p->vs : p->ks;
     const int64_t eb = sdpa_kv_bits(which ? p->vt : p->kt) / 8; /* f32/f16/bf16 only */
-    const int64_t rowb = (which ? p->Dv : p->Dk) * eb;
-    const int64_t ahead = min64(KV_AT_AHEAD_MAX, (int64_t)SDPA_PREFETCH_AT_AHEAD / rowb + 1);
-    const int64_t stop = min64(end, j0 + n + ahead), P = p->pages.page_size;
+    const int64_t stop = min64(end, j0 + n + pl->at_ahead[which]), P = p->pages.page_size;
     const int32_t *table = p->pages.block_table + it->b * p->pages.stride;
     const char *head = (const char *)(which ? p->v : p->k) + it->hk * st[1] * eb;
     /* a page of two rows or more bounds the row stride (validate.c); one row's stride
      * is unbounded and never used */
-    const int64_t step = P > 1 ? st[2] * eb : 0;
+    const int64_t step = P > 1 ? st[2] * eb : 0, page = st[0] * eb;
     const void **out = at;
     int64_t pg = j0 / P, r0 = j0 - pg * P; /* one division: then page after page */
-    for (int64_t j = j0; j < stop; pg++, r0 = 0) { /* the addresses of sdpa_kv_row */
+    /* the addresses of sdpa_kv_row, four to a step where a page has them: one a step
+     * ran at about a cycle an address, 5% of paged f16 decode's kernel time
+     * (docs/PERFORMANCE.md, "Paged decode's row addresses") */
+    for (int64_t j = j0; j < stop; pg++, r0 = 0) {
         const int64_t len = min64(stop - j, P - r0);
-        const char *row = head + (int64_t)table[pg] * st[0] * eb + r0 * step;
-        for (int64_t r = 0; r < len; r++)
-            *out++ = row + r * step;
+        const char *row = head + (int64_t)table[pg] * page + r0 * step;
+        int64_t r = 0;
+        for (; r + 4 <= len; r += 4) {
+            out[r] = row + r * step;
+            out[r + 1] = row + (r + 1) * step;
+            out[r + 2] = row + (r + 2) * step;
+            out[r + 3] = row + (r + 3) * step;
+        }
+        for (; r < len; r++)
+            out[r] = row + r * step;
+        out += len;
         j += len;
     }
     return (int)(stop - j0 - n);

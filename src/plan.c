@@ -154,6 +154,13 @@ void plan_init(plan *pl, const sdpa_kernels *kt, const sdpa_problem *p, int mode
                pl->k_in_place && !pl->bf16;
     pl->v_at = p->pages.block_table && !sdpa_dtype_quantized(p->vt) && kt->pv_at &&
                pl->mode == PLAN_FORWARD && !pl->bf16;
+    for (int which = 0; which < 2; which++) /* f32/f16/bf16 rows: rowb > 0 */
+        if (which ? pl->v_at : pl->k_at) {
+            const int64_t rowb =
+                (which ? p->Dv : p->Dk) * (sdpa_kv_bits(which ? p->vt : p->kt) / 8);
+            pl->at_ahead[which] =
+                (int)min64(KV_AT_AHEAD_MAX, (int64_t)SDPA_PREFETCH_AT_AHEAD / rowb + 1);
+        }
     pl->ldqb = (int)round_up((size_t)p->Dk, 32);
     /* S holds a block padded to the packing's key multiple */
     size_t scols = round_up((size_t)kt->bc, (size_t)kt->kp_align);

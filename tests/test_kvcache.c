@@ -90,6 +90,32 @@ static void paged_identical(void) {
                 if (pg % 2 == 0)
                     th_run_case(&c, "paged");
             }
+    /* K and V stored apart, one side rows read at addresses (f32/f16/bf16), the other
+     * quantized (int4 rows have no whole byte per element) */
+    static const sdpa_dtype kv[][2] = {{SDPA_F32, SDPA_I4}, {SDPA_I4, SDPA_F16},
+                                       {SDPA_BF16, SDPA_FP8_E4M3}, {SDPA_I8, SDPA_F32}};
+    for (int s = 0; s < N(shapes); s++)
+        for (int d = 0; d < N(kv); d++)
+            for (int pg = 0; pg < 3; pg++) {
+                sc_case c = shapes[s];
+                c.dt[1] = kv[d][0];
+                c.dt[2] = kv[d][1];
+                c.seed = seed_of(s, d + N(dts), pg);
+                if (skip_case(&c))
+                    continue;
+                sc_tensors flat, paged;
+                const sdpa_status s0 = run_fused(&c, &flat);
+                c.page = pages[pg];
+                const sdpa_status s1 = run_fused(&c, &paged);
+                char desc[512];
+                CHECK(s0 == SDPA_OK && s1 == SDPA_OK && same_bits(&flat, &paged),
+                      "paged vs contiguous, K and V stored apart [%s]: status %s / %s, same "
+                      "bits %d", th_case_str(&c, desc, sizeof desc), sdpa_strerror(s0),
+                      sdpa_strerror(s1),
+                      s0 == SDPA_OK && s1 == SDPA_OK ? same_bits(&flat, &paged) : -1);
+                sc_tensors_free(&flat);
+                sc_tensors_free(&paged);
+            }
 }
 
 /* Split-KV (one long decode row, few items) over a paged int8 cache and 16-token pages
