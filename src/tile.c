@@ -477,12 +477,8 @@ void run_keys(const plan *pl, const rows *it, const scratch *w, int64_t ja, int6
         const int plain = j0 >= it->ilo && j1 <= it->ihi && p->mask.kind == SDPA_MASK_NONE &&
                           p->softcap == 0.0f && !p->alibi;
         if (!plain) {
-            int a, e;
-            while (ra < m && (row_cut(it, w, ra, j0, n, &a, &e), a == e))
-                ra++;
-            while (rb > ra && (row_cut(it, w, rb - 1, j0, n, &a, &e), a == e))
-                rb--;
-            if (ra == rb) { /* no row sees any key of the block */
+            band_of(it, w, 0, m, j0, n, 0, n, &ra, &rb);
+            if (ra >= rb) { /* no row sees any key of the block */
                 kahead = vahead = 0;
                 j0 = j1;
                 continue;
