@@ -12,8 +12,9 @@
  * file and never on its own, and names no instruction. Everything it needs of the ISA
  * comes from the vector layer (the vector vf of VL floats, loads and stores with masked
  * tails, 16-bit widening, shuffles, the ISA steps of the exp). The including file
- * defines, before the #include, pv's chunking constants PV_CMAX, PV_WIDE_CMAX, PVQ_CMAX
- * and PV_PF_WHOLE_ROWS, qk_rows' rows per pass QKR_MR and the UNROLL_BC pragma, and after
+ * defines, before the #include, pv's chunking constants PV_CMAX, PV_WIDE_CMAX, PVQ_CMAX,
+ * PV_FEW_M, PV_FEW_CMAX and PV_PF_WHOLE_ROWS, qk_rows' rows per pass QKR_MR and the
+ * UNROLL_BC pragma, and after
  * it `pv_chunk` and `pvq_chunk`, its choice of pv and pvq register tile for each chunk
  * width. The meaning of each
  * function is the contract of kernels/ukernel.h (the same as kernels/scalar/scalar.c,
@@ -678,6 +679,7 @@ typedef struct {
                           * row j < pfn: a paged cache's run the driver names */
     int pfn;
     size_t pfb;          /* ... this many bytes of each, where PV_PF_WHOLE_ROWS */
+    int pfrows;          /* the chunk prefetches the next chunk's vector too (pv_prefetch) */
     int whole;           /* the chunk is V's whole rows (the only chunk) */
     const char *const *vat; /* or, where not NULL (pv_at), V's row j at vat[j] + voff, the
                              * chunk's first column; rows past n prefetched as above */
@@ -724,6 +726,21 @@ ALWAYS_INLINE void pv_key(const int MR, const int NV, const int FULL, const sdpa
                          acc[k]);
 }
 
+/* pv_tile's prefetch of a V row ahead (into L1 where l1): its NV vectors; with pfrows
+ * (pv_chunks' first chunk of a 16-bit V on PV_FEW_M rows, PV_FEW_CMAX vectors) the
+ * last chunk's vector too; where PV_PF_WHOLE_ROWS, a->pfb bytes. The lengths are
+ * constants in each arm, so prefetch_row unrolls in full: a run-time length costs a
+ * chain of compares a row, 2-3% of fp32 decode, which waits on these prefetches. */
+ALWAYS_INLINE void pv_prefetch(const int NV, const sdpa_dtype dt, const pv_chunk_args *a,
+                               const char *row, int l1) {
+    if (PV_PF_WHOLE_ROWS)
+        prefetch_row_to(row, a->pfb, l1);
+    else if (NV == PV_FEW_CMAX && a->pfrows)
+        prefetch_row_to(row, dt_bytes(dt, (size_t)(NV + 1) * VL), l1);
+    else
+        prefetch_row_to(row, dt_bytes(dt, (size_t)NV * VL), l1);
+}
+
 /* O[0..MR)[VL NV columns] = alpha O + P V over n keys, for one chunk of NV vectors of
  * Dv (the last one masked by `last` unless FULL), V stored as dt and widened as it is
  * loaded. The O tile stays in registers for the whole key loop: per key, NV V loads
@@ -742,12 +759,11 @@ ALWAYS_INLINE void pv_tile(const int MRMAX, const int MR, const int NV, const in
     const int n = a->n, ldp = a->ldp, ldo = a->ldo;
     const char *v = a->v;
     const size_t ldvb = a->ldvb;
-    const size_t pfb = PV_PF_WHOLE_ROWS ? a->pfb : dt_bytes(dt, (size_t)NV * VL);
     /* acc[k] is row k / NV, vector k % NV, so each loop over the tile is one flat loop
      * that the compiler unrolls in full before it promotes the arrays to registers
      * (nested loops in a tile function with many instances left clang 14 with the
-     * accumulators in memory). The largest tiles: 24 accumulators, 8 vectors. */
-    vf acc[24];
+     * accumulators in memory). The largest tiles: 28 accumulators, 8 vectors. */
+    vf acc[28];
     UNROLL_FULL
     for (int k = 0; k < MR * NV; k++) {
         const int c = k % NV;
@@ -766,12 +782,12 @@ ALWAYS_INLINE void pv_tile(const int MRMAX, const int MR, const int NV, const in
             const char *vj = AT ? a->vat[j] + a->voff : v + (size_t)j * ldvb;
             if (a->pfrun) {
                 if (pf > 0 && j < a->pfn)
-                    prefetch_row(a->pfrun + (size_t)j * ldvb, pfb);
+                    pv_prefetch(NV, dt, a, a->pfrun + (size_t)j * ldvb, sdpa_prefetch_l1);
             } else if (pf > 0 && j + pf < a->pfend) {
                 if (AT)
-                    prefetch_row_to(a->vat[j + pf] + a->voff, pfb, sdpa_prefetch_at_l1);
+                    pv_prefetch(NV, dt, a, a->vat[j + pf] + a->voff, sdpa_prefetch_at_l1);
                 else
-                    prefetch_row(vj + (size_t)pf * ldvb, pfb);
+                    pv_prefetch(NV, dt, a, vj + (size_t)pf * ldvb, sdpa_prefetch_l1);
             }
             const char *sj = dt_quant(dt) ? a->sc + (int64_t)j * a->ldscb : NULL;
             pv_key(MR, NV, FULL, dt, FOLD, a, vj, sj, p, ldp, j, last, acc);
@@ -917,6 +933,12 @@ TILE void pv_3x7v(const pv_chunk_args *a) { pv_row_tiles(3, 7, 0, a); }
  * with a memory operand per key); it serves decode's whole rows of Dv = 128, which
  * stream from DRAM, where that load is not the limit. */
 TILE void pv_3x8v(const pv_chunk_args *a) { pv_row_tiles(3, 8, 0, a); }
+/* 4 x 7 = 28 + 7 + 1 = 36, of 32: a GQA group of 4 in one tile (PV_FEW_M), each V vector
+ * loaded and widened once a key. gcc keeps 4-6 accumulators on the stack (an FMA with a
+ * memory operand and a store each a key): with K and V from DRAM that still ran f16
+ * decode faster than taking V a vector at a time with its 4 FMAs, which spills nothing
+ * (docs/PERFORMANCE.md, "pv for a GQA group of 4 in one tile"). */
+TILE void pv_4x7v(const pv_chunk_args *a) { pv_row_tiles(4, 7, 0, a); }
 
 /* The pvq tiles, pv_q's on a quantized V: each V vector is decoded and scaled once per
  * key for all the tile's rows, so a tile holds every row of a decode item (a GQA group
@@ -977,7 +999,15 @@ ALWAYS_INLINE void pv_chunks(const int QUANT, int m, int n, int dv, const float 
                      : wide ? PV_WIDE_CMAX : PV_CMAX;
     const int ahead = (int)((vat ? SDPA_PREFETCH_AT_AHEAD : SDPA_PREFETCH_AHEAD) / rowb) + 1;
     const int pf = wide || npf > 0 || pfv ? ahead : 0;
-    const int nchunk = (nvec + cmax - 1) / cmax;
+    /* a 16-bit V of PV_FEW_CMAX + 1 vectors on PV_FEW_M rows (f16 Dv = 128, a GQA group of
+     * 4): a chunk of PV_FEW_CMAX vectors for all the rows in one tile, which prefetches
+     * whole rows, then a chunk of the last vector, instead of whole rows in a tile of
+     * fewer rows and again for the rows left (pv_3x8v, then 1 row), which widens each V
+     * vector twice. Not for fp32 V, whose pass over the last vectors would read a line
+     * of each row the first pass skipped (docs/PERFORMANCE.md, "pv for a GQA group of 4
+     * in one tile"). */
+    const int few = !QUANT && m == PV_FEW_M && dt != SDPA_F32 && nvec == PV_FEW_CMAX + 1;
+    const int nchunk = few ? 2 : (nvec + cmax - 1) / cmax;
     /* a folded e4m3 V's scales, 2^8 s for each vector of Dv in order (e4m3_fold: they are
      * the same for every key), as fp32: the tiles read them where they would read the
      * cache's own, without a multiplication per vector */
@@ -991,7 +1021,7 @@ ALWAYS_INLINE void pv_chunks(const int QUANT, int m, int n, int dv, const float 
         }
     int c0 = 0;
     for (int ch = 0; ch < nchunk; ch++) {
-        const int nv = nvec / nchunk + (ch < nvec % nchunk);
+        const int nv = few ? (ch ? 1 : PV_FEW_CMAX) : nvec / nchunk + (ch < nvec % nchunk);
         /* field by field: an initializer would zero goff, which only pv_q reads, per
          * chunk (gcc emits rep stos for it, 4% of AVX2's f16 decode) */
         pv_chunk_args a;
@@ -1006,7 +1036,8 @@ ALWAYS_INLINE void pv_chunks(const int QUANT, int m, int n, int dv, const float 
         a.ldo = ldo;
         a.dt = dt;
         a.lastw = min_int(VL * nv, dv - VL * c0) - VL * (nv - 1);
-        a.pf = ch == 0 || !PV_PF_WHOLE_ROWS ? pf : 0;
+        a.pf = ch == 0 || !(PV_PF_WHOLE_ROWS || few) ? pf : 0;
+        a.pfrows = few;
         a.pfend = n + min_int(npf, ahead);
         a.pfrun = pfv ? (const char *)pfv + dt_bytes(dt, (size_t)(VL * c0)) : NULL;
         a.pfn = npf;
