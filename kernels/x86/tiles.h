@@ -934,10 +934,10 @@ TILE void pv_3x7v(const pv_chunk_args *a) { pv_row_tiles(3, 7, 0, a); }
  * stream from DRAM, where that load is not the limit. */
 TILE void pv_3x8v(const pv_chunk_args *a) { pv_row_tiles(3, 8, 0, a); }
 /* 4 x 7 = 28 + 7 + 1 = 36, of 32: a GQA group of 4 in one tile (PV_FEW_M) on a 16-bit V,
- * each V vector loaded and widened once a key. gcc keeps 4-6 accumulators on the stack (an FMA with a
- * memory operand and a store each a key): with K and V from DRAM that still ran f16
- * decode faster than taking V a vector at a time with its 4 FMAs, which spills nothing
- * (docs/PERFORMANCE.md, "pv for a GQA group of 4 in one tile"). */
+ * each V vector loaded and widened once a key. gcc keeps 4-6 accumulators on the stack
+ * (an FMA with a memory operand and a store each a key): with K and V from DRAM that
+ * still ran f16 decode faster than taking V a vector at a time with its 4 FMAs, which
+ * spills nothing (docs/PERFORMANCE.md, "pv for a GQA group of 4 in one tile"). */
 TILE void pv_4x7v(const pv_chunk_args *a) { pv_row_tiles(4, 7, 0, a); }
 
 /* The pvq tiles, pv_q's on a quantized V: each V vector is decoded and scaled once per
