@@ -586,12 +586,15 @@ static void test_pv(void) {
         for (int a = 0; a < N(dv16); a++)
             for (int i = 0; i < nm; i++)
                 check_pv(ms[i], ns[(i * 7) % nn], dv16[a], dv16[a] + (i & 1), dts[t], i & 1);
-        for (int a = 0; a < N(dvs); a++) {
+        for (int a = 0; a < N(dvs); a++)
             check_pv(kt->br < 5 ? kt->br : 5, kt->bc, dvs[a], dvs[a] + 3, dts[t], 1);
-            /* a GQA group of 4 (AVX-512: pv_4x7v at Dv 97..128) */
-            check_pv(kt->br < 4 ? kt->br : 4, kt->bc - 3, dvs[a], dvs[a] + 1, dts[t], 0);
-        }
     }
+    /* a GQA group of 4 in one tile (AVX-512: pv_4x7v on a 16-bit V at Dv 97..112,
+     * pv_4x8v at 113..128), every V storage, every Dv */
+    static const sdpa_dtype dt3[] = {SDPA_F32, SDPA_F16, SDPA_BF16};
+    for (int t = 0; t < N(dt3); t++)
+        for (int a = 0; a < N(dvs); a++)
+            check_pv(kt->br < 4 ? kt->br : 4, kt->bc - 3, dvs[a], dvs[a] + 1, dt3[t], t & 1);
     /* more keys than a span of the chunk's V (PV_SPAN_BYTES on x86: 32 fp32 rows of
      * Dv = 128, 64 of f16) for rows in more than one tile, and for one */
     static const sdpa_dtype all[] = {SDPA_F32, SDPA_F16, SDPA_BF16};

@@ -22,9 +22,9 @@
  * qkr_3rows): its 8 accumulators, the K and Q slices and the tree's vectors fit 16
  * registers. */
 /* pv_q's chunks of a quantized V: 2 vectors, as pv's, in pvq tiles of 6 rows, whatever
- * the row count. pv_6x2v holds a GQA group of up to 6 rows in one tile: no PV_FEW_M. */
+ * the row count. pv_6x2v holds a GQA group of up to 6 rows in one tile. */
 enum { PV_CMAX = 2, PV_WIDE_CMAX = 2, PVQ_FEW_M = 0, PVQ_CMAX_FEW = 2, PVQ_CMAX = 2,
-       PV_FEW_M = 0, PV_FEW_CMAX = 2, PV_PF_WHOLE_ROWS = 1, QKR_MR = 4,
+       PV_PF_WHOLE_ROWS = 1, QKR_MR = 4,
        PV_WIDE_TILE_ROWS = 6 /* pv_6x2v */ };
 
 /* softmax's exp loop unrolled by Bc / VL = 64 / 8 vectors: one block row of scores. */

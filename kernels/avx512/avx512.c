@@ -28,13 +28,14 @@
  * and decodes each V vector once per key: up to PVQ_FEW_M = 4 rows (a GQA group of 4),
  * 4 vectors (pvq_4xNv; at Dv = 128 int8 one 64-byte line per chunk, faster than chunks
  * of 3: docs/PERFORMANCE.md, "KV caches"); more rows, 3 (pvq_8xNv, 24 accumulators). */
-/* A 16-bit V on a GQA group of 4 (PV_FEW_M rows) runs pv_4x7v, one tile for its rows,
- * on 7 vectors of Dv, and at 8 (Dv = 128) as 7 + 1 (tiles.h, pv_chunks): each V vector
- * widened once a key instead of once for pv_3x8v's or pv_3x7v's 3 rows and again for
- * the 4th. An fp32 V keeps those (pv_4x7v's spills cost more than its second loads:
- * docs/PERFORMANCE.md, "pv for a GQA group of 4 in one tile"). */
+/* A GQA group of 4 (PV_FEW_M rows) runs one tile for its rows, so each V row is read
+ * and widened once a key: pv_4x8v at Dv = 128 (any V storage) and, on a 16-bit V,
+ * pv_4x7v at Dv = 97..112, instead of pv_3x8v's or pv_3x7v's 3 rows and a 1-row tile
+ * over the same V again. An fp32 V at Dv = 97..112 keeps those (pv_4x7v's spills cost
+ * more than the second loads there: docs/PERFORMANCE.md, "pv for a GQA group of 4 in
+ * one tile"). */
 enum { PV_CMAX = 4, PV_WIDE_CMAX = 8, PVQ_FEW_M = 4, PVQ_CMAX_FEW = 4, PVQ_CMAX = 3,
-       PV_FEW_M = 4, PV_FEW_CMAX = 7, PV_PF_WHOLE_ROWS = 0, QKR_MR = 8,
+       PV_FEW_M = 4, PV_PF_WHOLE_ROWS = 0, QKR_MR = 8,
        PV_WIDE_TILE_ROWS = 3 /* pv_3x8v, pv_3x7v */ };
 
 /* softmax's exp loop unrolled by Bc / VL = 64 / 16 vectors: one block row of scores. */
@@ -57,7 +58,12 @@ static void pv_chunk(int nv, const pv_chunk_args *a) {
         else
             pv_3x7v(a);
         return;
-    case 8: pv_3x8v(a); return;
+    case 8:
+        if (a->m == PV_FEW_M)
+            pv_4x8v(a);
+        else
+            pv_3x8v(a);
+        return;
     default: /* x86_pv: a chunk has 1..PV_WIDE_CMAX = 8 vectors */
         __builtin_unreachable();
     }

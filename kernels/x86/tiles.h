@@ -12,8 +12,8 @@
  * file and never on its own, and names no instruction. Everything it needs of the ISA
  * comes from the vector layer (the vector vf of VL floats, loads and stores with masked
  * tails, 16-bit widening, shuffles, the ISA steps of the exp). The including file
- * defines, before the #include, pv's chunking constants PV_CMAX, PV_WIDE_CMAX, PVQ_CMAX,
- * PV_FEW_M, PV_FEW_CMAX and PV_PF_WHOLE_ROWS, qk_rows' rows per pass QKR_MR and the
+ * defines, before the #include, pv's chunking constants PV_CMAX, PV_WIDE_CMAX, PVQ_CMAX
+ * and PV_PF_WHOLE_ROWS, qk_rows' rows per pass QKR_MR and the
  * UNROLL_BC pragma, and after
  * it `pv_chunk` and `pvq_chunk`, its choice of pv and pvq register tile for each chunk
  * width. The meaning of each
@@ -679,7 +679,6 @@ typedef struct {
                           * row j < pfn: a paged cache's run the driver names */
     int pfn;
     size_t pfb;          /* ... this many bytes of each, where PV_PF_WHOLE_ROWS */
-    int pfrows;          /* the chunk prefetches the next chunk's vector too (pv_prefetch) */
     int whole;           /* the chunk is V's whole rows (the only chunk) */
     const char *const *vat; /* or, where not NULL (pv_at), V's row j at vat[j] + voff, the
                              * chunk's first column; rows past n prefetched as above */
@@ -713,6 +712,24 @@ static inline int pv_plain(int AT, const pv_chunk_args *a, int pf) {
 ALWAYS_INLINE void pv_key(const int MR, const int NV, const int FULL, const sdpa_dtype dt,
                           const int FOLD, const pv_chunk_args *a, const char *vj, const char *sj,
                           const float *p, int ldp, int j, vtail last, vf *acc) {
+    if (MR * NV == V_NREG) {
+        /* the accumulators fill the register file (pv_4x8v): each V vector loaded right
+         * before its MR FMAs, so one register holds V and at most one accumulator lives
+         * on the stack, where the order below would keep NV of them there */
+        UNROLL_FULL
+        for (int c = 0; c < NV; c++) {
+            const int whole = c < NV - 1 || FULL;
+            const vf x = load_kv(vj, VL * c, dt, whole ? v_full() : last,
+                                 whole ? VL : a->lastw,
+                                 dt_quant(dt) ? scale_at(sj, a->goff[c], a->f16) : v_zero(),
+                                 FOLD);
+            UNROLL_FULL
+            for (int r = 0; r < MR; r++)
+                acc[r * NV + c] = v_fmadd(v_bcast(p + (size_t)r * (size_t)ldp + (size_t)j),
+                                          x, acc[r * NV + c]);
+        }
+        return;
+    }
     vf vv[8];
     UNROLL_FULL
     for (int c = 0; c < NV; c++) {
@@ -726,17 +743,14 @@ ALWAYS_INLINE void pv_key(const int MR, const int NV, const int FULL, const sdpa
                          acc[k]);
 }
 
-/* pv_tile's prefetch of a V row ahead (into L1 where l1): its NV vectors; with pfrows
- * (pv_chunks' first chunk of a 16-bit V on PV_FEW_M rows, PV_FEW_CMAX vectors) the
- * last chunk's vector too; where PV_PF_WHOLE_ROWS, a->pfb bytes. The lengths are
+/* pv_tile's prefetch of a V row ahead (into L1 where l1): its NV vectors, or where
+ * PV_PF_WHOLE_ROWS, a->pfb bytes. The lengths are
  * constants in each arm, so prefetch_row unrolls in full: a run-time length costs a
  * chain of compares a row, 2-3% of fp32 decode, which waits on these prefetches. */
 ALWAYS_INLINE void pv_prefetch(const int NV, const sdpa_dtype dt, const pv_chunk_args *a,
                                const char *row, int l1) {
     if (PV_PF_WHOLE_ROWS)
         prefetch_row_to(row, a->pfb, l1);
-    else if (NV == PV_FEW_CMAX && a->pfrows)
-        prefetch_row_to(row, dt_bytes(dt, (size_t)(NV + 1) * VL), l1);
     else
         prefetch_row_to(row, dt_bytes(dt, (size_t)NV * VL), l1);
 }
@@ -762,8 +776,8 @@ ALWAYS_INLINE void pv_tile(const int MRMAX, const int MR, const int NV, const in
     /* acc[k] is row k / NV, vector k % NV, so each loop over the tile is one flat loop
      * that the compiler unrolls in full before it promotes the arrays to registers
      * (nested loops in a tile function with many instances left clang 14 with the
-     * accumulators in memory). The largest tiles: 28 accumulators, 8 vectors. */
-    vf acc[28];
+     * accumulators in memory). The largest tile: 32 accumulators (pv_4x8v). */
+    vf acc[32];
     UNROLL_FULL
     for (int k = 0; k < MR * NV; k++) {
         const int c = k % NV;
@@ -933,12 +947,19 @@ TILE void pv_3x7v(const pv_chunk_args *a) { pv_row_tiles(3, 7, 0, a); }
  * with a memory operand per key); it serves decode's whole rows of Dv = 128, which
  * stream from DRAM, where that load is not the limit. */
 TILE void pv_3x8v(const pv_chunk_args *a) { pv_row_tiles(3, 8, 0, a); }
-/* 4 x 7 = 28 + 7 + 1 = 36, of 32: a GQA group of 4 in one tile (PV_FEW_M) on a 16-bit V,
- * each V vector loaded and widened once a key. gcc keeps 4-6 accumulators on the stack
- * (an FMA with a memory operand and a store each a key): with K and V from DRAM that
- * still ran f16 decode faster than taking V a vector at a time with its 4 FMAs, which
- * spills nothing (docs/PERFORMANCE.md, "pv for a GQA group of 4 in one tile"). */
+/* 4 x 7 = 28 + 7 + 1 = 36, of 32: a GQA group of 4 in one tile on a 16-bit V at Dv
+ * 97..112, each V vector loaded and widened once a key. gcc keeps 4-6 accumulators on
+ * the stack (an FMA with a memory operand and a store each a key); taking V a vector at
+ * a time with its 4 FMAs spills nothing but ran f16 decode slower from DRAM
+ * (docs/PERFORMANCE.md, "pv for a GQA group of 4 in one tile"). */
 TILE void pv_4x7v(const pv_chunk_args *a) { pv_row_tiles(4, 7, 0, a); }
+/* 4 x 8 = 32 + 1 + 1 = 34, of 32: a GQA group of 4 in one tile at Dv = 128, any V
+ * storage, so each V row is read once a key (pv_3x8v and a 1-row tile read it twice, the
+ * second time from L2) and a 16-bit one widened once. Its accumulators fill the
+ * register file, so pv_key takes V a vector at a time and the P broadcasts as memory
+ * operands; gcc keeps one or two accumulators on the stack (docs/PERFORMANCE.md, "pv
+ * for a GQA group of 4 at Dv = 128 in one tile"). */
+TILE void pv_4x8v(const pv_chunk_args *a) { pv_row_tiles(4, 8, 0, a); }
 
 /* The pvq tiles, pv_q's on a quantized V: each V vector is decoded and scaled once per
  * key for all the tile's rows, so a tile holds every row of a decode item (a GQA group
@@ -999,15 +1020,7 @@ ALWAYS_INLINE void pv_chunks(const int QUANT, int m, int n, int dv, const float 
                      : wide ? PV_WIDE_CMAX : PV_CMAX;
     const int ahead = (int)((vat ? SDPA_PREFETCH_AT_AHEAD : SDPA_PREFETCH_AHEAD) / rowb) + 1;
     const int pf = wide || npf > 0 || pfv ? ahead : 0;
-    /* a 16-bit V of PV_FEW_CMAX + 1 vectors on PV_FEW_M rows (f16 Dv = 128, a GQA group of
-     * 4): a chunk of PV_FEW_CMAX vectors for all the rows in one tile, which prefetches
-     * whole rows, then a chunk of the last vector, instead of whole rows in a tile of
-     * fewer rows and again for the rows left (pv_3x8v, then 1 row), which widens each V
-     * vector twice. Not for fp32 V, whose pass over the last vectors would read a line
-     * of each row the first pass skipped (docs/PERFORMANCE.md, "pv for a GQA group of 4
-     * in one tile"). */
-    const int few = !QUANT && m == PV_FEW_M && dt != SDPA_F32 && nvec == PV_FEW_CMAX + 1;
-    const int nchunk = few ? 2 : (nvec + cmax - 1) / cmax;
+    const int nchunk = (nvec + cmax - 1) / cmax;
     /* a folded e4m3 V's scales, 2^8 s for each vector of Dv in order (e4m3_fold: they are
      * the same for every key), as fp32: the tiles read them where they would read the
      * cache's own, without a multiplication per vector */
@@ -1021,7 +1034,7 @@ ALWAYS_INLINE void pv_chunks(const int QUANT, int m, int n, int dv, const float 
         }
     int c0 = 0;
     for (int ch = 0; ch < nchunk; ch++) {
-        const int nv = few ? (ch ? 1 : PV_FEW_CMAX) : nvec / nchunk + (ch < nvec % nchunk);
+        const int nv = nvec / nchunk + (ch < nvec % nchunk);
         /* field by field: an initializer would zero goff, which only pv_q reads, per
          * chunk (gcc emits rep stos for it, 4% of AVX2's f16 decode) */
         pv_chunk_args a;
@@ -1036,8 +1049,7 @@ ALWAYS_INLINE void pv_chunks(const int QUANT, int m, int n, int dv, const float 
         a.ldo = ldo;
         a.dt = dt;
         a.lastw = min_int(VL * nv, dv - VL * c0) - VL * (nv - 1);
-        a.pf = ch == 0 || !(PV_PF_WHOLE_ROWS || few) ? pf : 0;
-        a.pfrows = few;
+        a.pf = ch == 0 || !PV_PF_WHOLE_ROWS ? pf : 0;
         a.pfend = n + min_int(npf, ahead);
         a.pfrun = pfv ? (const char *)pfv + dt_bytes(dt, (size_t)(VL * c0)) : NULL;
         a.pfn = npf;
