@@ -714,8 +714,8 @@ ALWAYS_INLINE void pv_key(const int MR, const int NV, const int FULL, const sdpa
                           const float *p, int ldp, int j, vtail last, vf *acc) {
     if (MR * NV == V_NREG) {
         /* the accumulators fill the register file (pv_4x8v): each V vector loaded right
-         * before its MR FMAs, so one register holds V and at most one accumulator lives
-         * on the stack, where the order below would keep NV of them there */
+         * before its MR FMAs, so one register holds V, where the order below would hold
+         * NV and keep as many more accumulators on the stack */
         UNROLL_FULL
         for (int c = 0; c < NV; c++) {
             const int whole = c < NV - 1 || FULL;
@@ -953,12 +953,13 @@ TILE void pv_3x8v(const pv_chunk_args *a) { pv_row_tiles(3, 8, 0, a); }
  * a time with its 4 FMAs spills nothing but ran f16 decode slower from DRAM
  * (docs/PERFORMANCE.md, "pv for a GQA group of 4 in one tile"). */
 TILE void pv_4x7v(const pv_chunk_args *a) { pv_row_tiles(4, 7, 0, a); }
-/* 4 x 8 = 32 + 1 + 1 = 34, of 32: a GQA group of 4 in one tile at Dv = 128, any V
+/* 4 x 8 = 32 + 1 + 4 = 37, of 32: a GQA group of 4 in one tile at Dv = 128, any V
  * storage, so each V row is read once a key (pv_3x8v and a 1-row tile read it twice, the
  * second time from L2) and a 16-bit one widened once. Its accumulators fill the
- * register file, so pv_key takes V a vector at a time and the P broadcasts as memory
- * operands; gcc keeps one or two accumulators on the stack (docs/PERFORMANCE.md, "pv
- * for a GQA group of 4 at Dv = 128 in one tile"). */
+ * register file, so pv_key takes V a vector at a time; gcc 12 holds the 4 P broadcasts
+ * in registers and keeps 5 accumulators on the stack (an FMA with a memory addend and a
+ * store each a key; docs/PERFORMANCE.md, "pv for a GQA group of 4 at Dv = 128 in one
+ * tile"). */
 TILE void pv_4x8v(const pv_chunk_args *a) { pv_row_tiles(4, 8, 0, a); }
 
 /* The pvq tiles, pv_q's on a quantized V: each V vector is decoded and scaled once per
