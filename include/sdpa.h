@@ -427,6 +427,10 @@ SDPA_API sdpa_status sdpa_attention_weights(const sdpa_desc *desc, const sdpa_te
  *     cache's). With compute_scales = 1 each (token, head, group) gets
  *         scale = amax / Q  (fp32 division; amax the group's largest |x|, Q = 127 for
  *                            SDPA_I8, 7 for SDPA_I4, 448 for E4M3, 57344 for E5M2)
+ *     for SDPA_I8 in an fp32 view rounded up to the nearest float whose low 7 significand
+ *     bits are 0 (at most 2^-16 relative: every code times it is then exact, which lets
+ *     decode multiply by it once per key rather than once per element; a caller's own
+ *     int8 scales of that form, and f16 scales, get the same),
  *     written to the scale view (fp32, or rounded to f16 for an f16 view; a scale that
  *     rounds to 0 or is 0 stores codes 0), which then must give every (token, head,
  *     group) its own element. With compute_scales = 0 the scales are read (calibrated

@@ -85,6 +85,33 @@ static inline uint16_t sdpa_f32_to_bf16(float f) {
     return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
 }
 
+/* int8 codes and their scale. A code has at most 7 significant bits (|c| <= 128), so
+ * c x s is exact in fp32 when s's significand has at most 24 - 7 = 17 bits, its low 7
+ * bits zero (normal or subnormal s alike: c times the integer significand stays below
+ * 2^24), and |127 s| is finite, which s <= 2^120 keeps with room. For such a scale the
+ * dequantized row fl(c_d s) = c_d s, so sum_d q_d fl(c_d s) = s sum_d q_d c_d in exact
+ * arithmetic: a kernel may multiply by s once per key instead of once per element
+ * (kernels/x86/tiles.h, "int8 scales factored"). sdpa_kv_write rounds the fp32 scales it
+ * computes for int8 to such values; a binary16 scale (11 significant bits) always is one
+ * unless inf or NaN. */
+#define SDPA_I8_SCALE_LOW 0x7fu /* the fp32 significand bits an exact scale has 0 */
+#define SDPA_I8_SCALE_EMAX (127u + 120u) /* the largest biased exponent it may have */
+
+static inline int sdpa_i8_scale_exact(uint32_t u) {
+    return (u & SDPA_I8_SCALE_LOW) == 0 && ((u >> 23) & 0xffu) <= SDPA_I8_SCALE_EMAX;
+}
+
+static inline int sdpa_i8_scale_exact_f16(uint16_t h) { return (h & 0x7c00u) != 0x7c00u; }
+
+/* s >= 0 finite, rounded up to the nearest float with its low 7 significand bits zero (a
+ * carry into the exponent is the next power of two, still exact): the scale
+ * sdpa_kv_write stores for int8, at most 2^-16 relative above amax / 127, so no code
+ * saturates that did not before. */
+static inline float sdpa_i8_scale_round(float s) {
+    const uint32_t u = sdpa_bits_from_f32(s);
+    return (u & SDPA_I8_SCALE_LOW) ? sdpa_f32_from_bits((u | SDPA_I8_SCALE_LOW) + 1u) : s;
+}
+
 /* Element i of a row stored as dt (an sdpa_dtype), widened to fp32. */
 static inline float sdpa_load_as_f32(const void *row, int64_t i, sdpa_dtype dt) {
     switch (dt) {

@@ -5,7 +5,8 @@
  * here is read by sdpa_forward.
  *
  * Per (entry b, head h, new row t), with row = pos[b] + t of the cache:
- *     scale_g = amax_g / Q  (computed, stored, then read back: codes use the stored value)
+ *     scale_g = amax_g / Q  (computed, stored, then read back: codes use the stored value;
+ *                            int8's fp32 scales rounded up to 17 significant bits)
  *     c_d     = sat(rne(x_d / scale_{d / G}))
  * where amax_g is the largest finite |x| of group g, Q the format's largest code
  * magnitude (int8 127, int4 7, e4m3 448, e5m2 57344) and sat clamps to it. Every step is
@@ -122,6 +123,8 @@ static void write_row(const sdpa_kv_write_desc *d, sdpa_dtype ct, const float *x
                     h = 0x7bffu; /* the largest finite f16: a scale stays finite */
                 ((uint16_t *)(uintptr_t)sc->data)[se + g] = h;
             } else {
+                if (ct == SDPA_I8) /* exact products with every code (convert.h) */
+                    s = sdpa_i8_scale_round(s);
                 ((float *)(uintptr_t)sc->data)[se + g] = s;
             }
         }

@@ -284,9 +284,72 @@ static int same_floats(const float *a, const float *b, int n) {
     return 1;
 }
 
+/* The int8 scales whose products with every code are exact (include/sdpa.h,
+ * sdpa_kv_write; kernels/convert.h): low 7 significand bits 0, biased exponent at most
+ * 247. Written here from the rule, not taken from the library. */
+static int i8_exact(float s) {
+    uint32_t u;
+    memcpy(&u, &s, sizeof u);
+    return (u & 0x7fu) == 0 && ((u >> 23) & 0xffu) <= 247u;
+}
+
+static float i8_round(float s) {
+    uint32_t u;
+    memcpy(&u, &s, sizeof u);
+    if (u & 0x7fu)
+        u = (u | 0x7fu) + 1u;
+    memcpy(&s, &u, sizeof u);
+    return s;
+}
+
+/* What the x86 tiles give for int8 keys with one exact scale each (kernels/x86/tiles.h,
+ * "int8 scales factored"), from qk_rows and pv on the codes as fp32 (n rows of D int8 at
+ * ldb bytes, key j's scale sc[j ldsc]). Scores: a key j with an exact scale s_j scores
+ * fl(fl(dot(q, c_j) s_j) scale) unless fl(dot s_j) is not finite, when it keeps the score
+ * of its dequantized row that s holds on entry. */
+static void i8_expect_scores(const sdpa_kernels *kt, int m, int n, int D, float scale,
+                             const float *q, int ldq, const unsigned char *codes, int64_t ldb,
+                             const float *sc, int64_t ldsc, float *s, int lds) {
+    float *cf = malloc(sizeof(float) * (size_t)(n * D));
+    float *dots = malloc(sizeof(float) * (size_t)(m * lds));
+    for (int j = 0; j < n; j++)
+        for (int d = 0; d < D; d++)
+            cf[j * D + d] = (float)(int8_t)codes[j * ldb + d];
+    kt->qk_rows(m, n, D, 1.0f, q, ldq, cf, D, SDPA_F32, dots, lds, 0, NULL);
+    for (int r = 0; r < m; r++)
+        for (int j = 0; j < n; j++) {
+            const float sj = sc[j * ldsc], f = dots[r * lds + j] * sj;
+            if (i8_exact(sj) && isfinite(f))
+                s[r * lds + j] = f * scale;
+        }
+    free(cf);
+    free(dots);
+}
+
+/* O: alpha O (o holds O on entry) + sum_j p'_j v'_j, where for a key with an exact scale
+ * p' = fl(p s_j) and v' its codes, else p and its dequantized row (deq). */
+static void i8_expect_pv(const sdpa_kernels *kt, int m, int n, int D, const unsigned char *codes,
+                         int64_t ldb, const float *sc, int64_t ldsc, const float *p, int ldp,
+                         const float *deq, const float *alpha, float *o, int ldo) {
+    float *v2 = malloc(sizeof(float) * (size_t)(n * D));
+    float *p2 = malloc(sizeof(float) * (size_t)(m * ldp));
+    for (int j = 0; j < n; j++)
+        for (int d = 0; d < D; d++)
+            v2[j * D + d] = i8_exact(sc[j * ldsc]) ? (float)(int8_t)codes[j * ldb + d]
+                                                   : deq[j * D + d];
+    for (int r = 0; r < m; r++)
+        for (int j = 0; j < n; j++)
+            p2[r * ldp + j] = i8_exact(sc[j * ldsc]) ? p[r * ldp + j] * sc[j * ldsc]
+                                                     : p[r * ldp + j];
+    kt->pv(m, n, D, p2, ldp, v2, D, SDPA_F32, alpha, o, ldo, 0, NULL);
+    free(v2);
+    free(p2);
+}
+
 /* qk_rows_q and pv_q, where the table has them, against its dequant into fp32 rows
  * followed by its qk_rows / pv: the same bits, NaN payloads aside (kernels/ukernel.h),
- * for every format, one
+ * except that the x86 tables factor exact int8 scales out (i8_factored_expect), for
+ * every format, one
  * scale per row and groups of multiples of SDPA_QGROUP_VEC, scales shared by all rows
  * (ldsc 0) or per row, fp32 or f16, head dims with vector tails, 1 to 11 rows (one or two passes of
  * every tile), misaligned rows whose last byte is followed by an unmapped page. Shared
@@ -298,6 +361,8 @@ static void fused_quantized(void) {
     if (!kt->qk_rows_q || !kt->pv_q)
         return;
     static const sdpa_dtype dts[] = {SDPA_I8, SDPA_FP8_E4M3, SDPA_FP8_E5M2, SDPA_I4};
+    const int x86 = kt->isa == SDPA_ISA_AVX2 || kt->isa == SDPA_ISA_AVX512 ||
+                    kt->isa == SDPA_ISA_AVX512BF16 || kt->isa == SDPA_ISA_AMX;
     static const int dims[] = {8, 24, 64, 80, 128, 256}, ms[] = {1, 4, 8, 11, 3, 6},
                      ns[] = {1, 5, 64, 17, 2, 300};
     uint64_t st = 777;
@@ -338,8 +403,13 @@ static void fused_quantized(void) {
                                                      dts[d] == SDPA_FP8_E5M2);
                     for (size_t i = 0; i < cbytes; i++)
                         codes[i] = (unsigned char)(sc_rand_u64(&st) & (small ? 0x9fu : 0xffu));
+                    /* int8's fp32 scales: every other one rounded to an exact scale (a
+                     * strip of factored and plain keys), and all on every third case */
                     for (size_t i = 0; i < nsc; i++) {
-                        sc_store(scs, i, sdt, sc_rand_float(&st) * 2.0f * mag);
+                        float x = sc_rand_float(&st) * 2.0f * mag;
+                        if (dts[d] == SDPA_I8 && (i % 2 == 0 || cases % 3 == 1))
+                            x = i8_round(x);
+                        sc_store(scs, i, sdt, x);
                         sc[i] = sc_load(scs, i, sdt);
                     }
                     for (int i = 0; i < m * ldq; i++)
@@ -357,16 +427,27 @@ static void fused_quantized(void) {
                     kt->qk_rows_q(m, n, D, 0.125f, q, ldq, codes, ldb, dts[d], &qs, s1, lds,
                                   step ? n : 4096, step ? codes : NULL);
                     kt->qk_rows(m, n, D, 0.125f, q, ldq, deq, D, SDPA_F32, s2, lds, 0, NULL);
+                    /* the x86 tiles factor int8's exact scales out */
+                    const int fac = x86 && dts[d] == SDPA_I8 && group == D;
+                    float *s3 = th_alloc(sizeof(float) * (size_t)(m * lds), SC_GUARD_NONE);
+                    memcpy(s3, s2, sizeof(float) * (size_t)(m * lds));
+                    if (fac)
+                        i8_expect_scores(kt, m, n, D, 0.125f, q, ldq, codes, ldb, sc, ldsc, s3,
+                                         lds);
                     int sbad = 0, obad = 0;
                     for (int r = 0; r < m; r++)
-                        sbad += !same_floats(s1 + r * lds, s2 + r * lds, n);
+                        sbad += !same_floats(s1 + r * lds, s3 + r * lds, n);
                     /* P: the scores made probabilities' size; alpha on odd cases only */
                     for (int i = 0; i < m * lds; i++)
                         s1[i] = fabsf(s2[i]) < 1.0f ? fabsf(s2[i]) : 0.25f;
                     const float *al = cases % 2 ? alpha : NULL;
                     kt->pv_q(m, n, D, s1, lds, codes, ldb, dts[d], &qs, al, o1, ldq,
                              step ? n : 4096, step ? codes : NULL);
-                    kt->pv(m, n, D, s1, lds, deq, D, SDPA_F32, al, o2, ldq, 0, NULL);
+                    if (fac)
+                        i8_expect_pv(kt, m, n, D, codes, ldb, sc, ldsc, s1, lds, deq, al, o2,
+                                     ldq);
+                    else
+                        kt->pv(m, n, D, s1, lds, deq, D, SDPA_F32, al, o2, ldq, 0, NULL);
                     for (int r = 0; r < m; r++)
                         obad += !same_floats(o1 + r * ldq, o2 + r * ldq, D);
                     CHECK(sbad == 0 && obad == 0,
@@ -381,16 +462,57 @@ static void fused_quantized(void) {
                     sc_free(deq);
                     sc_free(s1);
                     sc_free(s2);
+                    sc_free(s3);
                     sc_free(o1);
                     sc_free(o2);
                 }
             }
 }
 
+/* Factored int8 scores that overflow: sum_d q_d c_d past FLT_MAX where sum_d q_d (c_d s)
+ * is finite (a row of q near 1e36, scales near 2^-12). Those keys of that row must score
+ * as on their dequantized rows; the other rows, and the other keys of the strip (one
+ * scale in five not exact), keep their factored scores. */
+static void factored_overflow(void) {
+    const sdpa_kernels *kt = sdpa_isa_lookup(th_isa)->kernels;
+    if (!kt->qk_rows_q || !(kt->isa == SDPA_ISA_AVX2 || kt->isa == SDPA_ISA_AVX512 ||
+                            kt->isa == SDPA_ISA_AVX512BF16 || kt->isa == SDPA_ISA_AMX))
+        return;
+    enum { M = 3, N = 40, D = 64, LDS = 48 };
+    static unsigned char codes[N * D];
+    static float q[M * D], sc[N], deq[N * D], s1[M * LDS], s2[M * LDS];
+    uint64_t st = 4242;
+    for (int i = 0; i < N * D; i++)
+        codes[i] = (unsigned char)(sc_rand_u64(&st) % 255u + 129u); /* -127 .. 127 */
+    for (int j = 0; j < N; j++) {
+        const float x = 0x1p-12f * (1.0f + sc_rand_float(&st));
+        sc[j] = j % 5 == 3 ? x : i8_round(x);
+    }
+    for (int i = 0; i < M * D; i++)
+        q[i] = (i / D == 1 ? 1e36f : 1.0f) * (0.5f + sc_rand_float(&st));
+    for (int j = 0; j < N; j++)
+        kt->dequant(D, codes + j * D, SDPA_I8, sc + j, D, deq + j * D);
+    const sdpa_qscales qs = {sc, 1, D, SDPA_F32};
+    kt->qk_rows_q(M, N, D, 0.125f, q, D, codes, D, SDPA_I8, &qs, s1, LDS, 0, NULL);
+    kt->qk_rows(M, N, D, 0.125f, q, D, deq, D, SDPA_F32, s2, LDS, 0, NULL);
+    int finite2 = 1;
+    for (int j = 0; j < N; j++)
+        finite2 &= isfinite(s2[LDS + j]);
+    i8_expect_scores(kt, M, N, D, 0.125f, q, D, codes, D, sc, 1, s2, LDS);
+    int bad = 0, plain = 0;
+    for (int r = 0; r < M; r++)
+        bad += !same_floats(s1 + r * LDS, s2 + r * LDS, N);
+    for (int j = 0; j < N; j++)
+        plain += isfinite(s1[LDS + j]);
+    CHECK(bad == 0 && finite2 && plain == N, "%s factored int8 scores overflowing: %d rows "
+          "differ from the expectation, %d of %d finite in the large row",
+          sdpa_isa_name(th_isa), bad, plain, N);
+}
+
 /* sdpa_kv_write: codes and scales against hand-computed ones. */
 static void writer(void) {
-    /* int8, one row of 8 with a computed fp32 scale: amax 2.54 -> scale 0.02,
-     * x / 0.02 rounded to nearest even */
+    /* int8, one row of 8 with a computed fp32 scale: amax 2.54 -> scale 0.02 (fp32),
+     * rounded up to 17 significant bits, x / scale rounded to nearest even */
     const float x[8] = {2.54f, -2.54f, 0.01f, 0.03f, -0.05f, 1.0f, 0.0f, NAN};
     int8_t q8[8];
     float s8 = 0;
@@ -399,8 +521,8 @@ static void writer(void) {
     sdpa_tensor src = sdpa_tensor_bhtd(x, SDPA_F32, 1, 1, 8);
     sdpa_tensor dst = sdpa_tensor_bhtd(q8, SDPA_I8, 1, 1, 8);
     sdpa_status st = sdpa_kv_write(&d, &src, &dst);
-    const float s = 2.54f / 127.0f;
-    int ok = st == SDPA_OK && s8 == s;
+    const float s = i8_round(2.54f / 127.0f); /* rounded up to an exact scale */
+    int ok = st == SDPA_OK && s8 == s && s > 2.54f / 127.0f;
     for (int i = 0; i < 8; i++) {
         const float r = isnan(x[i]) ? 0.0f : nearbyintf(x[i] / s);
         ok &= q8[i] == (int8_t)r;
@@ -582,6 +704,7 @@ void suite_kvcache(void) {
     if (own) { /* fp32-compute cases, and the table's own dequant */
         dequant_codes();
         fused_quantized();
+        factored_overflow();
         paged_split();
         shared_pages();
     }

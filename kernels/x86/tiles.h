@@ -50,6 +50,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../convert.h"
 #include "../kvq.h"
 #include "reduce.h"
 #include "transpose.h"
@@ -105,6 +106,14 @@ ALWAYS_INLINE vf load_kv(const char *row, int i, sdpa_dtype dt, vtail t, int nt,
     return (vf)kvq_codes_x(dt, (const unsigned char *)row, i, raw) * sv;
 }
 
+/* load_kv's codes without their scale, value(code) in the lanes t (0 elsewhere): an int8
+ * row whose scale is taken once per key instead ("int8 scales factored", below). */
+ALWAYS_INLINE vf load_codes(const char *row, int i, sdpa_dtype dt, vtail t, int nt) {
+    if (nt < VL)
+        return v_keep(t, (vf)kvq_codes_part(dt, (const unsigned char *)row, i, nt, 0));
+    return (vf)kvq_codes_x(dt, (const unsigned char *)row, i, 0);
+}
+
 /* e4m3's 2^8. An e4m3 code decodes through binary16 to value(code) / 2^8, exactly
  * (kvq.h), and its dequantized value is fl(value(code) * s). Where 2^8 s is exact, which
  * is wherever it is finite (a multiplication by a power of two rounds only on overflow),
@@ -132,6 +141,62 @@ static inline int e4m3_fold(sdpa_dtype dt, const sdpa_qscales *qs, int dim) {
 ALWAYS_INLINE vf scale_at(const char *sp, int64_t i, int f16) {
     return f16 ? v_bcast_f16((const uint16_t *)(const void *)sp + i)
                : v_bcast((const float *)(const void *)sp + i);
+}
+
+/* int8 scales factored. Where every code of a key times its scale s is exact in fp32
+ * (kernels/convert.h, sdpa_i8_scale_exact: s with its low 7 significand bits 0, as
+ * sdpa_kv_write writes them, or any finite binary16 s), the key's dequantized row is
+ * c s exactly, and
+ *     score = scale sum_d q_d (c_d s) = scale (s sum_d q_d c_d)
+ *     P V   = sum_j p_j (c_j s_j)     = sum_j (p_j s_j) c_j
+ * are the same real numbers. The tiles then decode the codes without the multiplication
+ * (an FMA-pipe operation per vector of codes on AMD Zen 4, where decode waits on those
+ * pipes: docs/PERFORMANCE.md, "int8 scales factored") and take s once per key: qk_rows_q
+ * on the score, pv_q on a copy of P. That is an fp32 computation of the same attention
+ * over the same dequantized values, in another order, as blocking already is. Other
+ * keys multiply as before, a factored key's results are the same bits whichever keys
+ * share its step, and one scale per key (per token or per head) is the only layout
+ * factored: with groups of channels the multiplications move instead of going. */
+
+/* The scale at sp as fp32 (binary16 where f16). */
+ALWAYS_INLINE float scale_f32(const char *sp, int f16) {
+    uint16_t h;
+    float f;
+    if (f16) {
+        memcpy(&h, sp, sizeof h);
+        return _cvtsh_ss(h);
+    }
+    memcpy(&f, sp, sizeof f);
+    return f;
+}
+
+/* The scales of n <= VL keys, key j's at sp + j ld bytes (binary16 where f16), as fp32
+ * lanes, 0 past n. */
+ALWAYS_INLINE vf key_scales(int n, const char *sp, int64_t ld, int f16) {
+    if (!f16 && ld == (int64_t)sizeof(float))
+        return v_load_part((const float *)(const void *)sp, v_tail(n));
+    float e[VL];
+    for (int j = 0; j < VL; j++)
+        e[j] = j < n ? scale_f32(sp + (int64_t)j * ld, f16) : 0.0f;
+    return v_loadu(e);
+}
+
+/* The factored lanes of key scales s (fp32, a binary16 one widened: exact unless inf or
+ * NaN, which the test below refuses), as bits; *sv gets each key's multiplier of its
+ * codes (1 where factored, else s) and *ks of its result (s where factored, else 1):
+ * x 1 is exact, so a key gets the bits of its own path whichever keys share its step. */
+ALWAYS_INLINE unsigned i8_factor(vf s, vf *sv, vf *ks) {
+    const kvq_u32 u = (kvq_u32)s, one = (kvq_u32)v_set1(1.0f);
+    const kvq_u32 ok = (kvq_u32)(((u & SDPA_I8_SCALE_LOW) == 0) &
+                                 (((u >> 23) & 0xffu) <= SDPA_I8_SCALE_EMAX));
+    *sv = (vf)((ok & one) | (~ok & u));
+    *ks = (vf)((ok & u) | (~ok & one));
+    return v_sign_bits((vf)ok);
+}
+
+/* 1 if some lane of x is inf or NaN (x - x is +0 for every finite x, NaN otherwise). */
+ALWAYS_INLINE int v_any_nonfinite(vf x) {
+    return v_sign_bits((vf)((kvq_u32)(x - x) != 0)) != 0;
 }
 
 /* ---- exp ------------------------------------------------------------------------ */
@@ -315,8 +380,8 @@ TILE void qk_6x2v(int m, int n, int dk, float scale, const float *q, int ldq, co
  * (docs/PERFORMANCE.md, "Kernel measurements"). The products run as one flat loop over
  * the accumulators, which gcc promotes to registers (nested loops over rows and keys
  * left them stored to the stack at every slice). */
-ALWAYS_INLINE void qkr_keys(const int R, const int NK, const sdpa_dtype dt, int dk,
-                            const float *q, int ldq, const char *const *kr,
+ALWAYS_INLINE void qkr_keys(const int R, const int NK, const sdpa_dtype dt, const int UNSC,
+                            int dk, const float *q, int ldq, const char *const *kr,
                             const char *const *scr, int f16, int fold, int group, vf *t,
                             const int ldt) {
     vf c[QKR_ACC_MAX], sv[QKR_NK_MAX], x[QKR_NK_MAX], qv[QKR_ROWS_MAX];
@@ -327,7 +392,7 @@ ALWAYS_INLINE void qkr_keys(const int R, const int NK, const sdpa_dtype dt, int 
     for (int g0 = 0, gi = 0; g0 < dk; g0 += gl, gi++) {
         UNROLL_FULL
         for (int i = 0; i < NK; i++)
-            sv[i] = dt_quant(dt) ? scale_at(scr[i], gi, f16) : v_zero();
+            sv[i] = dt_quant(dt) && !UNSC ? scale_at(scr[i], gi, f16) : v_zero();
         if (dt == SDPA_FP8_E4M3 && fold)
             UNROLL_FULL
             for (int i = 0; i < NK; i++)
@@ -337,7 +402,8 @@ ALWAYS_INLINE void qkr_keys(const int R, const int NK, const sdpa_dtype dt, int 
         for (; d0 + VL <= ge; d0 += VL) {
             UNROLL_FULL
             for (int i = 0; i < NK; i++)
-                x[i] = load_kv(kr[i], d0, dt, v_full(), VL, sv[i], fold);
+                x[i] = UNSC ? load_codes(kr[i], d0, dt, v_full(), VL)
+                            : load_kv(kr[i], d0, dt, v_full(), VL, sv[i], fold);
             UNROLL_FULL
             for (int r = 0; r < R; r++) {
                 qv[r] = v_loadu(q + (size_t)r * (size_t)ldq + d0);
@@ -352,7 +418,8 @@ ALWAYS_INLINE void qkr_keys(const int R, const int NK, const sdpa_dtype dt, int 
             const vtail mk = v_tail(ge - d0);
             UNROLL_FULL
             for (int i = 0; i < NK; i++)
-                x[i] = load_kv(kr[i], d0, dt, mk, ge - d0, sv[i], fold);
+                x[i] = UNSC ? load_codes(kr[i], d0, dt, mk, ge - d0)
+                            : load_kv(kr[i], d0, dt, mk, ge - d0, sv[i], fold);
             UNROLL_FULL
             for (int r = 0; r < R; r++)
                 qv[r] = v_load_part(q + (size_t)r * (size_t)ldq + d0, mk);
@@ -383,11 +450,12 @@ ALWAYS_INLINE int qkr_nk(const int R, const int quant) {
 }
 
 /* qkr_rows' keys [j, j + NK): their rows ahead prefetched (as qkr_rows says), then their
- * partial sums into t[r ldt + i] (qkr_keys). */
-ALWAYS_INLINE void qkr_step(const int R, const int NK, const sdpa_dtype dt, int AT, int j,
-                            int dk, const float *q, int ldq, const void *k, size_t ldkb,
-                            const char *sc, int64_t ldscb, int f16, int fold, int group,
-                            size_t rowb, int ahead, int pfend, int npf, const char *pf,
+ * partial sums into t[r ldt + i] (qkr_keys; with UNSC, int8 codes unscaled), key j's
+ * scales at sc + js ldscb. */
+ALWAYS_INLINE void qkr_step(const int R, const int NK, const sdpa_dtype dt, const int UNSC,
+                            int AT, int j, int js, int dk, const float *q, int ldq,
+                            const void *k, size_t ldkb, const char *sc, int64_t ldscb,
+                            int f16, int fold, int group, size_t rowb, int ahead, int pfend, int npf, const char *pf,
                             const char *const *kat, vf *t, const int ldt) {
     /* the prefetches in a loop kept rolled: unrolled per key, their tests and line loops
      * made each tile function several times larger for nothing measured */
@@ -407,13 +475,13 @@ ALWAYS_INLINE void qkr_step(const int R, const int NK, const sdpa_dtype dt, int 
     UNROLL_FULL
     for (int i = 0; i < NK; i++) {
         kr[i] = AT ? kat[j + i] : (const char *)k + (size_t)(j + i) * ldkb;
-        scr[i] = dt_quant(dt) ? sc + (int64_t)(j + i) * ldscb : NULL;
+        scr[i] = dt_quant(dt) ? sc + (int64_t)(js + i) * ldscb : NULL;
     }
-    qkr_keys(R, NK, dt, dk, q, ldq, kr, scr, f16, fold, group, t, ldt);
+    qkr_keys(R, NK, dt, UNSC, dk, q, ldq, kr, scr, f16, fold, group, t, ldt);
 }
 
-/* qkr_step's arguments after j, as qkr_rows has them. */
-#define QKR_STEP dk, q, ldq, k, ldkb, sc, ldscb, f16, fold, group, rowb, ahead, pfend, npf, pf, kat
+/* qkr_step's arguments after js, as qkr_rows has them (a strip's scales: ssc, sld, sf16). */
+#define QKR_STEP dk, q, ldq, k, ldkb, ssc, sld, sf16, fold, group, rowb, ahead, pfend, npf, pf, kat
 
 /* S[0..R)[0..n) for R rows, VL keys at a time, NK keys a step (qkr_nk): each step's R
  * groups of NK partial-sum vectors go through the first log2 NK rounds of the reduction
@@ -446,43 +514,107 @@ ALWAYS_INLINE void qkr_rows(const int R, const sdpa_dtype dt, int AT, int n, int
     const int NK = qkr_nk(R, dt_quant(dt));
     const int G = VL / NK, LOG_NK = NK == 8 ? 3 : NK == 4 ? 2 : 1;
     vf t[QKR_ROWS_MAX * (VL / 2)], raw[QKR_ACC_MAX];
+    /* an int8 K with one scale per key: its scales factored where exact (i8_factor) */
+    const int fac = dt == SDPA_I8 && sc != NULL && group == dk;
+    const unsigned full = (1u << NK) - 1u;
     for (int j0 = 0; j0 < n; j0 += VL) {
         const int nk = min_int(VL, n - j0);
-        int g = 0;
-        for (; g * NK + NK <= nk; g++) {
-            qkr_step(R, NK, dt, AT, j0 + g * NK, QKR_STEP, raw, NK);
-            UNROLL_FULL
-            for (int r = 0; r < R; r++) {
-                tree_rounds(raw + r * NK, 0, LOG_NK, 0);
-                t[r * G + g] = raw[r * NK];
-            }
+        const unsigned all = (1u << nk) - 1u; /* nk <= VL <= 16 */
+        const char *ssc = sc;
+        int64_t sld = ldscb;
+        int sf16 = f16, js0 = 0;
+        float sv[VL], first[QKR_ROWS_MAX * VL];
+        unsigned fm = 0; /* the strip's factored keys */
+        vf ksv = v_zero();
+        if (fac) {
+            vf svv;
+            fm = i8_factor(key_scales(nk, sc + (int64_t)j0 * ldscb, ldscb, f16), &svv, &ksv) &
+                 all;
+            v_storeu(sv, svv);
+            ssc = (const char *)sv; /* the steps read the multipliers of the codes */
+            sld = sizeof(float);
+            sf16 = 0;
+            js0 = j0;
         }
-        if (g * NK < nk) { /* the call's last keys: one at a time (a step of its own
-                            * per count would double the file's compile time), zeros past
-                            * them, in an array of their own (a runtime offset into raw
-                            * would keep the main steps' results in memory) */
-            vf part[QKR_ACC_MAX];
-            UNROLL_FULL
-            for (int a = 0; a < R * NK; a++)
-                part[a] = v_zero();
-            for (int jj = g * NK; jj < nk; jj++)
-                qkr_step(R, 1, dt, AT, j0 + jj, QKR_STEP, part + jj - g * NK, NK);
-            UNROLL_FULL
-            for (int r = 0; r < R; r++) {
-                tree_rounds(part + r * NK, 0, LOG_NK, 0);
-                t[r * G + g] = part[r * NK];
+        for (int redo = 0;; redo = 1) {
+            int g = 0;
+            for (; g * NK + NK <= nk; g++) {
+                const int j = j0 + g * NK;
+                if (((fm >> (g * NK)) & full) == full)
+                    qkr_step(R, NK, dt, 1, AT, j, j - js0, QKR_STEP, raw, NK);
+                else
+                    qkr_step(R, NK, dt, 0, AT, j, j - js0, QKR_STEP, raw, NK);
+                UNROLL_FULL
+                for (int r = 0; r < R; r++) {
+                    tree_rounds(raw + r * NK, 0, LOG_NK, 0);
+                    t[r * G + g] = raw[r * NK];
+                }
             }
-            g++;
-        }
-        for (; g < G; g++)
+            if (g * NK < nk) { /* the call's last keys: one at a time (a step of its own
+                                * per count would double the file's compile time), zeros
+                                * past them, in an array of their own (a runtime offset
+                                * into raw would keep the main steps' results in memory) */
+                vf part[QKR_ACC_MAX];
+                UNROLL_FULL
+                for (int a = 0; a < R * NK; a++)
+                    part[a] = v_zero();
+                for (int jj = g * NK; jj < nk; jj++) {
+                    const int j = j0 + jj;
+                    if ((fm >> jj) & 1u)
+                        qkr_step(R, 1, dt, 1, AT, j, j - js0, QKR_STEP, part + jj - g * NK, NK);
+                    else
+                        qkr_step(R, 1, dt, 0, AT, j, j - js0, QKR_STEP, part + jj - g * NK, NK);
+                }
+                UNROLL_FULL
+                for (int r = 0; r < R; r++) {
+                    tree_rounds(part + r * NK, 0, LOG_NK, 0);
+                    t[r * G + g] = part[r * NK];
+                }
+                g++;
+            }
+            for (; g < G; g++)
+                UNROLL_FULL
+                for (int r = 0; r < R; r++)
+                    t[r * G + g] = v_zero();
             UNROLL_FULL
             for (int r = 0; r < R; r++)
-                t[r * G + g] = v_zero();
-        UNROLL_FULL
-        for (int r = 0; r < R; r++) {
-            tree_rounds(t + r * G, LOG_NK, TREE_ROUNDS, 0);
-            v_store_first(s + (size_t)r * (size_t)lds + j0, nk, t[r * G] * vs);
+                tree_rounds(t + r * G, LOG_NK, TREE_ROUNDS, 0);
+            if (redo) { /* lane by lane, the first pass's score where it is finite */
+                float e[VL];
+                UNROLL_FULL
+                for (int r = 0; r < R; r++) {
+                    v_storeu(e, t[r * G]);
+                    for (int i = 0; i < VL; i++)
+                        e[i] = isfinite(first[r * VL + i]) ? first[r * VL + i] : e[i];
+                    t[r * G] = v_loadu(e);
+                }
+                break;
+            }
+            if (!fm) /* nothing factored (or not int8): the scores as they are */
+                break;
+            int bad = 0;
+            UNROLL_FULL
+            for (int r = 0; r < R; r++) {
+                t[r * G] = t[r * G] * ksv;
+                bad |= v_any_nonfinite(t[r * G]);
+            }
+            if (!bad)
+                break;
+            /* sum_d q_d c_d overflows where sum_d q_d (c_d s) need not (|q| past about
+             * FLT_MAX / (127 dk)), or an input is inf or NaN: the strip again with every
+             * key's codes scaled (the cache's own scales) */
+            UNROLL_FULL
+            for (int r = 0; r < R; r++)
+                v_storeu(first + r * VL, t[r * G]);
+            fm = 0;
+            ssc = sc;
+            sld = ldscb;
+            sf16 = f16;
+            js0 = 0;
         }
+        UNROLL_FULL
+        for (int r = 0; r < R; r++)
+            v_store_first(s + (size_t)r * (size_t)lds + j0, nk, t[r * G] * vs);
     }
 }
 #undef QKR_STEP
@@ -689,6 +821,7 @@ typedef struct {
     int goff[PV_WIDE_CMAX]; /* ... vector c's at offset goff[c] from them */
     int fold;            /* e4m3 codes decoded without their 2^8, which the scales carry
                           * (e4m3_fold) */
+    int unsc;            /* int8 codes taken unscaled, P scaled instead (pv_factored) */
 } pv_chunk_args;
 
 /* pv's register tile for a chunk of nv vectors of Dv: the including ISA file defines
@@ -710,8 +843,8 @@ static inline int pv_plain(int AT, const pv_chunk_args *a, int pf) {
 /* One key of pv_tile: the NV vectors of V's row at vj (a quantized V's scales at sj)
  * times column j of the tile's MR rows of P, added to acc. */
 ALWAYS_INLINE void pv_key(const int MR, const int NV, const int FULL, const sdpa_dtype dt,
-                          const int FOLD, const pv_chunk_args *a, const char *vj, const char *sj,
-                          const float *p, int ldp, int j, vtail last, vf *acc) {
+                          const int FOLD, const int UNSC, const pv_chunk_args *a, const char *vj,
+                          const char *sj, const float *p, int ldp, int j, vtail last, vf *acc) {
     if (MR * NV == V_NREG) {
         /* the accumulators fill the register file (pv_4x8v): each V vector loaded right
          * before its MR FMAs, so one register holds V, where the order below would hold
@@ -719,10 +852,12 @@ ALWAYS_INLINE void pv_key(const int MR, const int NV, const int FULL, const sdpa
         UNROLL_FULL
         for (int c = 0; c < NV; c++) {
             const int whole = c < NV - 1 || FULL;
-            const vf x = load_kv(vj, VL * c, dt, whole ? v_full() : last,
-                                 whole ? VL : a->lastw,
-                                 dt_quant(dt) ? scale_at(sj, a->goff[c], a->f16) : v_zero(),
-                                 FOLD);
+            const vf x = UNSC ? load_codes(vj, VL * c, dt, whole ? v_full() : last,
+                                           whole ? VL : a->lastw)
+                              : load_kv(vj, VL * c, dt, whole ? v_full() : last,
+                                        whole ? VL : a->lastw,
+                                        dt_quant(dt) ? scale_at(sj, a->goff[c], a->f16) : v_zero(),
+                                        FOLD);
             UNROLL_FULL
             for (int r = 0; r < MR; r++)
                 acc[r * NV + c] = v_fmadd(v_bcast(p + (size_t)r * (size_t)ldp + (size_t)j),
@@ -734,8 +869,9 @@ ALWAYS_INLINE void pv_key(const int MR, const int NV, const int FULL, const sdpa
     UNROLL_FULL
     for (int c = 0; c < NV; c++) {
         const int whole = c < NV - 1 || FULL;
-        vv[c] = load_kv(vj, VL * c, dt, whole ? v_full() : last, whole ? VL : a->lastw,
-                        dt_quant(dt) ? scale_at(sj, a->goff[c], a->f16) : v_zero(), FOLD);
+        vv[c] = UNSC ? load_codes(vj, VL * c, dt, whole ? v_full() : last, whole ? VL : a->lastw)
+                     : load_kv(vj, VL * c, dt, whole ? v_full() : last, whole ? VL : a->lastw,
+                               dt_quant(dt) ? scale_at(sj, a->goff[c], a->f16) : v_zero(), FOLD);
     }
     UNROLL_FULL
     for (int k = 0; k < MR * NV; k++)
@@ -765,7 +901,8 @@ ALWAYS_INLINE void pv_prefetch(const int NV, const sdpa_dtype dt, const pv_chunk
  * quantized V (pv_q) is decoded and scaled vector by vector as it is loaded (load_kv),
  * one scale per vector (a vector never straddles two groups: SDPA_QGROUP_VEC). */
 ALWAYS_INLINE void pv_tile(const int MRMAX, const int MR, const int NV, const int FULL,
-                           const sdpa_dtype dt, const int FOLD, int AT, const pv_chunk_args *a,
+                           const sdpa_dtype dt, const int FOLD, const int UNSC, int AT,
+                           const pv_chunk_args *a,
                            const float *p,
                            const float *alpha, float *o, vtail last, int pf) {
     if (MR > MRMAX) /* a switch arm the tile never takes (pv_row_tiles) */
@@ -790,7 +927,8 @@ ALWAYS_INLINE void pv_tile(const int MRMAX, const int MR, const int NV, const in
      * no second loop */
     if ((V_MASKS_FREE && FULL) || (!dt_quant(dt) && pv_plain(AT, a, pf))) {
         for (int j = 0; j < n; j++)
-            pv_key(MR, NV, FULL, dt, FOLD, a, v + (size_t)j * ldvb, NULL, p, ldp, j, last, acc);
+            pv_key(MR, NV, FULL, dt, FOLD, UNSC, a, v + (size_t)j * ldvb, NULL, p, ldp, j, last,
+                   acc);
     } else {
         for (int j = 0; j < n; j++) {
             const char *vj = AT ? a->vat[j] + a->voff : v + (size_t)j * ldvb;
@@ -803,8 +941,8 @@ ALWAYS_INLINE void pv_tile(const int MRMAX, const int MR, const int NV, const in
                 else
                     pv_prefetch(NV, dt, a, vj + (size_t)pf * ldvb, sdpa_prefetch_l1);
             }
-            const char *sj = dt_quant(dt) ? a->sc + (int64_t)j * a->ldscb : NULL;
-            pv_key(MR, NV, FULL, dt, FOLD, a, vj, sj, p, ldp, j, last, acc);
+            const char *sj = dt_quant(dt) && !UNSC ? a->sc + (int64_t)j * a->ldscb : NULL;
+            pv_key(MR, NV, FULL, dt, FOLD, UNSC, a, vj, sj, p, ldp, j, last, acc);
         }
     }
     UNROLL_FULL
@@ -820,7 +958,7 @@ ALWAYS_INLINE void pv_tile(const int MRMAX, const int MR, const int NV, const in
 
 /* pv_tile with the storage type as a constant: one of the quantized types where QUANT
  * (the pvq tiles, pv_q), else f32/f16/bf16 (the pv tiles, pv). */
-#define PV_DT(DT, FOLD) pv_tile(MRMAX, MR, NV, FULL, DT, FOLD, AT, a, p, alpha, o, last, pf)
+#define PV_DT(DT, FOLD) pv_tile(MRMAX, MR, NV, FULL, DT, FOLD, 0, AT, a, p, alpha, o, last, pf)
 ALWAYS_INLINE void pv_tile_q(const int MRMAX, const int MR, const int NV, const int FULL,
                              const int QUANT, int AT, const pv_chunk_args *a, const float *p,
                              const float *alpha, float *o, vtail last, int pf) {
@@ -834,7 +972,12 @@ ALWAYS_INLINE void pv_tile_q(const int MRMAX, const int MR, const int NV, const 
                 PV_DT(SDPA_FP8_E4M3, 0);
             return;
         case SDPA_FP8_E5M2: PV_DT(SDPA_FP8_E5M2, 0); return;
-        default: /* SDPA_I8 */ PV_DT(SDPA_I8, 0); return;
+        default: /* SDPA_I8 */
+            if (a->unsc)
+                pv_tile(MRMAX, MR, NV, FULL, SDPA_I8, 0, 1, AT, a, p, alpha, o, last, pf);
+            else
+                PV_DT(SDPA_I8, 0);
+            return;
         }
     }
     switch (a->dt) {
@@ -1006,10 +1149,12 @@ TILE void pvq_6x2v(const pv_chunk_args *a) { pv_row_tiles(6, 2, 1, a); }
  * accumulators at Dv = 80 or 96 as at 64 or 128. The chunk widths are the including
  * ISA's; why they are what they are is in its file. A quantized V (pv_q) always works
  * like decode, in chunks of up to PVQ_CMAX_FEW vectors for up to PVQ_FEW_M rows, else
- * PVQ_CMAX, for pvq_chunk's tiles, each vector's scale offset given to the tile. */
+ * PVQ_CMAX, for pvq_chunk's tiles, each vector's scale offset given to the tile; with
+ * unsc its int8 codes are read unscaled (pv_factored scaled P instead). */
 _Static_assert(PVQ_CMAX <= PV_WIDE_CMAX && PVQ_CMAX_FEW <= PV_WIDE_CMAX,
                "pv_chunk_args.goff holds a chunk's scale offsets");
-ALWAYS_INLINE void pv_chunks(const int QUANT, int m, int n, int dv, const float *p, int ldp,
+ALWAYS_INLINE void pv_chunks(const int QUANT, int unsc, int m, int n, int dv, const float *p,
+                             int ldp,
                              const void *v, size_t ldvb, sdpa_dtype dt, const sdpa_qscales *qs,
                              const float *alpha, float *o, int ldo, int npf, const void *pfv,
                              const char *const *vat) {
@@ -1062,6 +1207,7 @@ ALWAYS_INLINE void pv_chunks(const int QUANT, int m, int n, int dv, const float 
         a.ldscb = qs && !fold ? qs->ld * (f16 ? 2 : 4) : 0;
         a.f16 = f16 && !fold;
         a.fold = fold;
+        a.unsc = unsc;
         if (QUANT) {
             for (int c = 0; c < nv; c++)
                 a.goff[c] = fold ? c : VL * (c0 + c) / group;
@@ -1082,19 +1228,72 @@ ALWAYS_INLINE void pv_chunks(const int QUANT, int m, int n, int dv, const float 
 
 static void x86_pv(int m, int n, int dv, const float *p, int ldp, const void *v, int64_t ldv,
                    sdpa_dtype dt, const float *alpha, float *o, int ldo, int npf, const void *pf) {
-    pv_chunks(0, m, n, dv, p, ldp, v, (size_t)ldv * elem_bytes(dt), dt, NULL, alpha, o, ldo,
+    pv_chunks(0, 0, m, n, dv, p, ldp, v, (size_t)ldv * elem_bytes(dt), dt, NULL, alpha, o, ldo,
               npf, pf, NULL);
 }
 
 /* The contract's pv_at: pv's tiles on rows at addresses. */
 static void x86_pv_at(int m, int n, int dv, const float *p, int ldp, const void *const *v,
                       sdpa_dtype dt, const float *alpha, float *o, int ldo, int npf) {
-    pv_chunks(0, m, n, dv, p, ldp, NULL, 0, dt, NULL, alpha, o, ldo, npf, NULL,
+    pv_chunks(0, 0, m, n, dv, p, ldp, NULL, 0, dt, NULL, alpha, o, ldo, npf, NULL,
               (const char *const *)v);
+}
+
+/* pv_q on an int8 V with one scale per key ("int8 scales factored"): keys in spans of
+ * PVQ_FAC_KEYS and rows in groups of PVQ_FAC_ROWS, each span's P times its keys' result
+ * multipliers into a copy (fl(p s) for a factored key, where the scaled codes would give
+ * fl(p fl(c s)): the same real product p c s, rounded once either way; p x 1 for the
+ * others), then the span through pv_chunks: codes unscaled where every key of it is
+ * factored, else each key's codes times 1 or its s (i8_factor). Keys are added to O in
+ * the same order as in one call; the next span's rows are the stream the prefetches run
+ * ahead into. A copy of 8 rows x 128 keys is 4 KiB of stack; its multiplications, m /
+ * VL per key, replace Dv / VL. */
+enum { PVQ_FAC_KEYS = 128, PVQ_FAC_ROWS = 8 };
+static void pv_factored(int m, int n, int dv, const float *p, int ldp, const char *v,
+                        size_t ldvb, const sdpa_qscales *qs, const float *alpha, float *o,
+                        int ldo, int npf, const char *pfv) {
+    const int f16 = qs->dt == SDPA_F16;
+    const int64_t ldsb = qs->ld * (f16 ? 2 : 4);
+    float sv[PVQ_FAC_KEYS], ks[PVQ_FAC_KEYS], pb[PVQ_FAC_ROWS * PVQ_FAC_KEYS];
+    for (int j0 = 0; j0 < n; j0 += PVQ_FAC_KEYS) {
+        const int len = min_int(PVQ_FAC_KEYS, n - j0);
+        int all = 1;
+        for (int i = 0; i < len; i += VL) {
+            const int c = min_int(VL, len - i);
+            vf svv, ksv;
+            const unsigned fm = i8_factor(
+                key_scales(c, (const char *)qs->p + (int64_t)(j0 + i) * ldsb, ldsb, f16), &svv,
+                &ksv);
+            all &= (fm & ((1u << c) - 1u)) == (1u << c) - 1u;
+            v_storeu(sv + i, svv);
+            v_storeu(ks + i, ksv);
+        }
+        const sdpa_qscales q1 = {sv, 1, dv, SDPA_F32};
+        for (int r0 = 0; r0 < m; r0 += PVQ_FAC_ROWS) {
+            const int mr = min_int(PVQ_FAC_ROWS, m - r0);
+            for (int r = 0; r < mr; r++) {
+                const float *pr = p + (size_t)(r0 + r) * (size_t)ldp + j0;
+                float *br = pb + r * PVQ_FAC_KEYS;
+                for (int j = 0; j < len; j += VL) {
+                    const vtail t = v_tail(min_int(VL, len - j));
+                    v_store_part(br + j, t, v_load_part(pr + j, t) * v_loadu(ks + j));
+                }
+            }
+            pv_chunks(1, all, mr, len, dv, pb, PVQ_FAC_KEYS, v + (size_t)j0 * ldvb, ldvb,
+                      SDPA_I8, &q1, j0 || !alpha ? NULL : alpha + r0,
+                      o + (size_t)r0 * (size_t)ldo, ldo, pfv ? npf - j0 : n - j0 - len + npf,
+                      pfv ? pfv + (size_t)j0 * ldvb : NULL, NULL);
+        }
+    }
 }
 
 static void x86_pv_q(int m, int n, int dv, const float *p, int ldp, const void *v, int64_t ldvb,
                      sdpa_dtype dt, const sdpa_qscales *qs, const float *alpha, float *o,
                      int ldo, int npf, const void *pf) {
-    pv_chunks(1, m, n, dv, p, ldp, v, (size_t)ldvb, dt, qs, alpha, o, ldo, npf, pf, NULL);
+    if (dt == SDPA_I8 && qs && qs->group == dv) {
+        pv_factored(m, n, dv, p, ldp, (const char *)v, (size_t)ldvb, qs, alpha, o, ldo, npf,
+                    (const char *)pf);
+        return;
+    }
+    pv_chunks(1, 0, m, n, dv, p, ldp, v, (size_t)ldvb, dt, qs, alpha, o, ldo, npf, pf, NULL);
 }

@@ -117,6 +117,8 @@ static inline vf v_zero_where(vmask m, vf x) { return _mm256_andnot_ps(m, x); }
 static inline vmask v_cmp_eq(vf a, vf b) { return _mm256_cmp_ps(a, b, _CMP_EQ_OQ); }
 /* !(a < b): true for NaN */
 static inline vmask v_cmp_nlt(vf a, vf b) { return _mm256_cmp_ps(a, b, _CMP_NLT_UQ); }
+/* The lanes whose top bit is set, as bits 0..VL-1 (vmovmskps). */
+static inline unsigned v_sign_bits(vf x) { return (unsigned)_mm256_movemask_ps(x); }
 
 /* The shuffles of the transposes and reduction trees (vec_avx512.h gives their
  * meaning): unpck within 128-bit lanes, pairs of pairs by vshufps (0x44: a0 a1 b0 b1,

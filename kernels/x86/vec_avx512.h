@@ -96,6 +96,10 @@ static inline vf v_zero_where(vmask m, vf x) {
 static inline vmask v_cmp_eq(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
 /* !(a < b): true for NaN */
 static inline vmask v_cmp_nlt(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_NLT_UQ); }
+/* The lanes whose top bit is set, as bits 0..VL-1 (vpmovd2m, AVX512DQ). */
+static inline unsigned v_sign_bits(vf x) {
+    return (unsigned)_mm512_movepi32_mask(_mm512_castps_si512(x));
+}
 
 /* The shuffles of the transposes and reduction trees. Within each 128-bit lane:
  * v_unpacklo/hi interleave the floats of a and b (lo: a0 b0 a1 b1, hi: a2 b2 a3 b3),

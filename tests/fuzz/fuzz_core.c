@@ -1101,7 +1101,8 @@ static int code_ok(sdpa_dtype t, int code, float x, float s) {
 
 /* What sdpa_kv_write wrote into cache i, against its source: each key's last writer (an
  * entry later in the batch overwrites a shared page) per head; computed scales are
- * fl(amax / Q) (f16: rounded, the largest finite f16 when that overflows), codes by
+ * fl(amax / Q) (f16: rounded, the largest finite f16 when that overflows; int8 in fp32:
+ * rounded up to 17 significant bits), codes by
  * code_ok, plain rows the source rounded to the cache's dtype; and no byte of the cache
  * or of computed scales that no row owns was written. 0 and c->pre on a difference. */
 static int check_written(fz_case *c, int i) {
@@ -1157,9 +1158,14 @@ static int check_written(fz_case *c, int i) {
                         sc_store(&want, 0, SDPA_F16, want);
                         want = sc_load(&want, 0, SDPA_F16);
                         want = isinf(want) ? 65504.0f : want;
+                    } else if (t->dtype == SDPA_I8) { /* up to 17 significant bits */
+                        uint32_t u;
+                        memcpy(&u, &want, 4);
+                        u = (u & 0x7fu) ? (u | 0x7fu) + 1u : u;
+                        memcpy(&want, &u, 4);
                     }
                     if (memcmp(&want, &s, 4) != 0)
-                        what = "a computed scale is not fl(amax / Q)";
+                        what = "a computed scale is not fl(amax / Q), as rounded";
                     memset(smark + (size_t)(se + d / G) * ses, 1, ses);
                 }
                 if (!what && !code_ok(t->dtype, read_code(t->dtype, t->data, e + d), x[d], s))
