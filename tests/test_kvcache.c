@@ -509,6 +509,44 @@ static void factored_overflow(void) {
           sdpa_isa_name(th_isa), bad, plain, N);
 }
 
+/* pv_q on int8 rows with per-row scales for a GQA group of 4 at Dv = 128 (decode's
+ * shape; on AVX-512 one 4 x 8-vector tile when every key of a span is factored) over 300
+ * keys (three spans of tiles.h's PVQ_FAC_KEYS), with alpha: every scale exact, then one
+ * key in the second span not (that span through the per-key multipliers), against
+ * i8_expect_pv. */
+static void factored_gqa4(void) {
+    const sdpa_kernels *kt = sdpa_isa_lookup(th_isa)->kernels;
+    if (!kt->pv_q || !(kt->isa == SDPA_ISA_AVX2 || kt->isa == SDPA_ISA_AVX512 ||
+                       kt->isa == SDPA_ISA_AVX512BF16 || kt->isa == SDPA_ISA_AMX))
+        return;
+    enum { M = 4, N = 300, D = 128, LDP = 304 };
+    static unsigned char codes[N * D];
+    static float sc[N], deq[N * D], p[M * LDP], o1[M * D], o2[M * D];
+    const float alpha[M] = {0.5f, 0.75f, 1.0f, 0.25f};
+    uint64_t st = 99;
+    for (int i = 0; i < N * D; i++)
+        codes[i] = (unsigned char)(sc_rand_u64(&st) % 255u + 129u);
+    for (int i = 0; i < M * LDP; i++)
+        p[i] = sc_rand_float(&st);
+    for (int mixed = 0; mixed < 2; mixed++) {
+        for (int j = 0; j < N; j++) {
+            const float x = 0.01f * (1.0f + sc_rand_float(&st));
+            sc[j] = mixed && j == 200 ? x : i8_round(x);
+            kt->dequant(D, codes + j * D, SDPA_I8, sc + j, D, deq + j * D);
+        }
+        for (int i = 0; i < M * D; i++)
+            o1[i] = o2[i] = sc_rand_float(&st);
+        const sdpa_qscales qs = {sc, 1, D, SDPA_F32};
+        kt->pv_q(M, N, D, p, LDP, codes, D, SDPA_I8, &qs, alpha, o1, D, 0, NULL);
+        i8_expect_pv(kt, M, N, D, codes, D, sc, 1, p, LDP, deq, alpha, o2, D);
+        int bad = 0;
+        for (int r = 0; r < M; r++)
+            bad += !same_floats(o1 + r * D, o2 + r * D, D);
+        CHECK(bad == 0, "%s factored int8 P V, 4 rows, Dv 128, %s scales: %d rows differ",
+              sdpa_isa_name(th_isa), mixed ? "one key's not exact" : "exact", bad);
+    }
+}
+
 /* sdpa_kv_write: codes and scales against hand-computed ones. */
 static void writer(void) {
     /* int8, one row of 8 with a computed fp32 scale: amax 2.54 -> scale 0.02 (fp32),
@@ -705,6 +743,7 @@ void suite_kvcache(void) {
         dequant_codes();
         fused_quantized();
         factored_overflow();
+        factored_gqa4();
         paged_split();
         shared_pages();
     }

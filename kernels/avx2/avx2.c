@@ -24,6 +24,7 @@
 /* pv_q's chunks of a quantized V: 2 vectors, as pv's, in pvq tiles of 6 rows, whatever
  * the row count. pv_6x2v holds a GQA group of up to 6 rows in one tile. */
 enum { PV_CMAX = 2, PV_WIDE_CMAX = 2, PVQ_FEW_M = 0, PVQ_CMAX_FEW = 2, PVQ_CMAX = 2,
+       PVQ_UNSC_WHOLE = 0 /* 16 registers: no 32-accumulator tile */,
        PV_PF_WHOLE_ROWS = 1, QKR_MR = 4,
        PV_WIDE_TILE_ROWS = 6 /* pv_6x2v */ };
 

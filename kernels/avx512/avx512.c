@@ -34,8 +34,10 @@
  * over the same V again. An fp32 V at Dv = 97..112 keeps those (pv_4x7v's spills cost
  * more than the second loads there: docs/PERFORMANCE.md, "pv for a GQA group of 4 in
  * one tile"). */
+/* An int8 V read unscaled (tiles.h, pv_factored) by a GQA group of 4 at Dv = 128 runs
+ * in one chunk (PVQ_UNSC_WHOLE, pvq_4x8v_i8), as pv_4x8v does for the other storage. */
 enum { PV_CMAX = 4, PV_WIDE_CMAX = 8, PVQ_FEW_M = 4, PVQ_CMAX_FEW = 4, PVQ_CMAX = 3,
-       PV_FEW_M = 4, PV_PF_WHOLE_ROWS = 0, QKR_MR = 8,
+       PVQ_UNSC_WHOLE = 1, PV_FEW_M = 4, PV_PF_WHOLE_ROWS = 0, QKR_MR = 8,
        PV_WIDE_TILE_ROWS = 3 /* pv_3x8v, pv_3x7v */ };
 
 /* softmax's exp loop unrolled by Bc / VL = 64 / 16 vectors: one block row of scores. */
@@ -70,6 +72,10 @@ static void pv_chunk(int nv, const pv_chunk_args *a) {
 }
 
 static void pvq_chunk(int nv, const pv_chunk_args *a) {
+    if (nv == PV_WIDE_CMAX) { /* only as PVQ_UNSC_WHOLE allows it: 4 rows, int8 unscaled */
+        pvq_4x8v_i8(a);
+        return;
+    }
     if (a->m <= PVQ_FEW_M) {
         switch (nv) {
         case 1: pvq_4x1v(a); return;

@@ -13,7 +13,8 @@
  * comes from the vector layer (the vector vf of VL floats, loads and stores with masked
  * tails, 16-bit widening, shuffles, the ISA steps of the exp). The including file
  * defines, before the #include, pv's chunking constants PV_CMAX, PV_WIDE_CMAX, PVQ_CMAX
- * and PV_PF_WHOLE_ROWS, qk_rows' rows per pass QKR_MR and the
+ * (with PVQ_FEW_M, PVQ_CMAX_FEW and PVQ_UNSC_WHOLE) and PV_PF_WHOLE_ROWS, qk_rows' rows
+ * per pass QKR_MR and the
  * UNROLL_BC pragma, and after
  * it `pv_chunk` and `pvq_chunk`, its choice of pv and pvq register tile for each chunk
  * width. The meaning of each
@@ -1120,6 +1121,13 @@ TILE void pvq_4x4v(const pv_chunk_args *a) { pv_row_tiles(4, 4, 1, a); }
 TILE void pvq_8x1v(const pv_chunk_args *a) { pv_row_tiles(8, 1, 1, a); }
 TILE void pvq_8x2v(const pv_chunk_args *a) { pv_row_tiles(8, 2, 1, a); }
 TILE void pvq_8x3v(const pv_chunk_args *a) { pv_row_tiles(8, 3, 1, a); }
+/* 4 x 8 = 32 + 1 + 4, of 32: pv_4x8v on an int8 V read unscaled (pv_factored), whose
+ * codes widen in one register (vpmovsxbd, vcvtdq2ps) as a 16-bit V's do, so a GQA group
+ * of 4 at Dv = 128 reads each V row once a key in one tile instead of a 64-byte chunk
+ * per pvq_4x4v (AVX-512: PVQ_UNSC_WHOLE). The rows are exactly 4 (pv_chunks). */
+TILE void pvq_4x8v_i8(const pv_chunk_args *a) {
+    pv_tile(4, 4, 8, 0, SDPA_I8, 0, 1, 0, a, a->p, a->alpha, a->o, v_tail(a->lastw), a->pf);
+}
 /* 6 x 1..2 = up to 12 + 2 + 2, of 16 (AVX2). */
 TILE void pvq_6x1v(const pv_chunk_args *a) { pv_row_tiles(6, 1, 1, a); }
 TILE void pvq_6x2v(const pv_chunk_args *a) { pv_row_tiles(6, 2, 1, a); }
@@ -1150,7 +1158,9 @@ TILE void pvq_6x2v(const pv_chunk_args *a) { pv_row_tiles(6, 2, 1, a); }
  * ISA's; why they are what they are is in its file. A quantized V (pv_q) always works
  * like decode, in chunks of up to PVQ_CMAX_FEW vectors for up to PVQ_FEW_M rows, else
  * PVQ_CMAX, for pvq_chunk's tiles, each vector's scale offset given to the tile; with
- * unsc its int8 codes are read unscaled (pv_factored scaled P instead). */
+ * unsc its int8 codes are read unscaled (pv_factored scaled P instead), and where the
+ * ISA's PVQ_UNSC_WHOLE says so a GQA group of PVQ_FEW_M rows at Dv = PV_WIDE_CMAX
+ * vectors runs in one chunk (pvq_4x8v_i8). */
 _Static_assert(PVQ_CMAX <= PV_WIDE_CMAX && PVQ_CMAX_FEW <= PV_WIDE_CMAX,
                "pv_chunk_args.goff holds a chunk's scale offsets");
 ALWAYS_INLINE void pv_chunks(const int QUANT, int unsc, int m, int n, int dv, const float *p,
@@ -1162,7 +1172,11 @@ ALWAYS_INLINE void pv_chunks(const int QUANT, int unsc, int m, int n, int dv, co
     const size_t rowb = dt_bytes(dt, (size_t)dv);
     const int nvec = (dv + VL - 1) / VL;
     const int wide = QUANT || m <= PV_WIDE_M;
-    const int cmax = QUANT ? (m <= PVQ_FEW_M ? PVQ_CMAX_FEW : PVQ_CMAX)
+    const int cmax = QUANT ? (m <= PVQ_FEW_M ? (PVQ_UNSC_WHOLE && unsc && m == PVQ_FEW_M &&
+                                                        nvec == PV_WIDE_CMAX
+                                                    ? PV_WIDE_CMAX
+                                                    : PVQ_CMAX_FEW)
+                                             : PVQ_CMAX)
                      : wide ? PV_WIDE_CMAX : PV_CMAX;
     const int ahead = (int)((vat ? SDPA_PREFETCH_AT_AHEAD : SDPA_PREFETCH_AHEAD) / rowb) + 1;
     const int pf = wide || npf > 0 || pfv ? ahead : 0;
