@@ -977,8 +977,8 @@ static void setup_caches(fz_case *c) {
 
 /* Scales the writer reads: per head or per tensor, the largest |x| of the source over
  * the code range (calibrated, as fp8 caches use); per token given (static), or under
- * codes drawn directly, in [1/4, 1] / Q, so values stay within [-1, 1]; raw data, raw
- * bits. Computed ones start as 0xff (NaN): a row the writer skipped shows. */
+ * codes drawn directly, in [1/4, 1] / Q, so values stay within [-1, 1] (half of int8's
+ * rounded to exact scales); raw data, raw bits. Computed ones start as 0xff (NaN): a row the writer skipped shows. */
 static void fill_scales(fz_case *c, int i, uint64_t *rng) {
     fz_kv *kv = &c->kv[i];
     const size_t ses = sc_dtype_size(kv->sc.dtype), n = kv->sbytes / ses;
@@ -1008,6 +1008,14 @@ static void fill_scales(fz_case *c, int i, uint64_t *rng) {
         if (calibrated) {
             const float a = amax[kv->qs == QS_HEAD ? (int64_t)e / ng : 3];
             s = (a > 0.0f ? a : 1.0f) / qmax_of(kv->st);
+        } else if (kv->st == SDPA_I8 && (r & 1)) {
+            /* half of int8's given scales with their low 7 significand bits 0, as
+             * sdpa_kv_write computes them: keys the x86 tiles factor beside keys they
+             * do not (kernels/x86/tiles.h, "int8 scales factored") */
+            uint32_t u;
+            memcpy(&u, &s, 4);
+            u = (u & 0x7fu) ? (u | 0x7fu) + 1u : u;
+            memcpy(&s, &u, 4);
         }
         sc_store(kv->sbuf, e, kv->sc.dtype, s);
     }
