@@ -156,21 +156,21 @@ typedef struct sdpa_kernels {
 
     /* ---- quantized K and V read in place (optional: NULL in a table without them) ------
      * qk_rows and pv on the rows of a quantized cache (dt SDPA_I8, SDPA_FP8_E4M3,
-     * SDPA_FP8_E5M2 or SDPA_I4), each element decoded and scaled in registers: element d
-     * of row j is fl(value(code) * scale(j, d / group)), the bits `dequant` gives, and
-     * the results are bit for bit those of `dequant` into fp32 rows followed by this
-     * table's qk_rows / pv on them (same per-score and per-element operation order; only
-     * a NaN's payload may differ, as the compiler orders two NaN operands), so the driver
-     * may use either; except that a table may factor out an int8 row's one scale s where
-     * every code times s is exact (kernels/convert.h, sdpa_i8_scale_exact): the score
-     * fl(fl(dot(q, codes) s) scale), P V's term fl(p s) codes, the same real values in
-     * another order (the x86 tables do, kernels/x86/tiles.h "int8 scales factored"; each
-     * row's bits still whatever rows and keys share the call). Rows are ldb BYTES apart (caller memory: byte-aligned, read only up
-     * to the last element of the last row); the scales (caller memory, aligned to their
-     * element size) as sdpa_qscales says, their group the row length (one scale per row)
-     * or a multiple of SDPA_QGROUP_VEC that divides it. A driver that takes them decodes a
-     * quantized cache once per element, in the kernel that multiplies it, instead of writing fp32 rows to
-     * scratch and reading them back. */
+     * SDPA_FP8_E5M2 or SDPA_I4), each element decoded and scaled in registers: element d of
+     * row j is fl(value(code) * scale(j, d / group)), the bits `dequant` gives, and the
+     * results are bit for bit those of `dequant` into fp32 rows followed by this table's
+     * qk_rows / pv on them (same per-score and per-element operation order; only a NaN's
+     * payload may differ, as the compiler orders two NaN operands), so the driver may use
+     * either; except that a table may factor out an int8 row's one scale s where every code
+     * times s is exact (kernels/convert.h, sdpa_i8_scale_exact): the score
+     * fl(fl(dot(q, codes) s) scale), P V's term fl(p s) codes, the same real values in another order
+     * (the x86 tables do, kernels/x86/tiles.h "int8 scales factored"; each row's bits still
+     * whatever rows and keys share the call). Rows are ldb BYTES apart (caller memory:
+     * byte-aligned, read only up to the last element of the last row); the scales (caller
+     * memory, aligned to their element size) as sdpa_qscales says, their group the row
+     * length (one scale per row) or a multiple of SDPA_QGROUP_VEC that divides it. A driver
+     * that takes them decodes a quantized cache once per element, in the kernel that
+     * multiplies it, instead of writing fp32 rows to scratch and reading them back. */
     void (*qk_rows_q)(int m, int n, int dk, float scale, const float *q, int ldq,
                       const void *k, int64_t ldkb, sdpa_dtype dt, const sdpa_qscales *sc,
                       float *s, int lds, int npf, const void *pf);

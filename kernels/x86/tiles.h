@@ -456,8 +456,9 @@ ALWAYS_INLINE int qkr_nk(const int R, const int quant) {
 ALWAYS_INLINE void qkr_step(const int R, const int NK, const sdpa_dtype dt, const int UNSC,
                             int AT, int j, int js, int dk, const float *q, int ldq,
                             const void *k, size_t ldkb, const char *sc, int64_t ldscb,
-                            int f16, int fold, int group, size_t rowb, int ahead, int pfend, int npf, const char *pf,
-                            const char *const *kat, vf *t, const int ldt) {
+                            int f16, int fold, int group, size_t rowb, int ahead, int pfend,
+                            int npf, const char *pf, const char *const *kat, vf *t,
+                            const int ldt) {
     /* the prefetches in a loop kept rolled: unrolled per key, their tests and line loops
      * made each tile function several times larger for nothing measured */
     NO_UNROLL

@@ -975,10 +975,11 @@ static void setup_caches(fz_case *c) {
     }
 }
 
-/* Scales the writer reads: per head or per tensor, the largest |x| of the source over
- * the code range (calibrated, as fp8 caches use); per token given (static), or under
- * codes drawn directly, in [1/4, 1] / Q, so values stay within [-1, 1] (half of int8's
- * rounded to exact scales); raw data, raw bits. Computed ones start as 0xff (NaN): a row the writer skipped shows. */
+/* Scales the writer reads: per head or per tensor, the largest |x| of the source over the
+ * code range (calibrated, as fp8 caches use); per token given (static), or under codes
+ * drawn directly, in [1/4, 1] / Q, so values stay within [-1, 1] (half of int8's rounded
+ * to exact scales); raw data, raw bits. Computed ones start as 0xff (NaN): a row the
+ * writer skipped shows. */
 static void fill_scales(fz_case *c, int i, uint64_t *rng) {
     fz_kv *kv = &c->kv[i];
     const size_t ses = sc_dtype_size(kv->sc.dtype), n = kv->sbytes / ses;
