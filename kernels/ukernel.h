@@ -163,9 +163,9 @@ typedef struct sdpa_kernels {
      * payload may differ, as the compiler orders two NaN operands), so the driver may use
      * either; except that a table may factor out an int8 row's one scale s where every code
      * times s is exact (kernels/convert.h, sdpa_i8_scale_exact): the score
-     * fl(fl(dot(q, codes) s) scale), P V's term fl(p s) codes, the same real values in another order
-     * (the x86 tables do, kernels/x86/tiles.h "int8 scales factored"; each row's bits still
-     * whatever rows and keys share the call). Rows are ldb BYTES apart (caller memory:
+     * fl(fl(dot(q, codes) s) scale), P V's term fl(p s) codes, the same real values in
+     * another order (the x86 tables do, kernels/x86/tiles.h "int8 scales factored"; each
+     * row's bits still whatever rows and keys share the call). Rows are ldb BYTES apart (caller memory:
      * byte-aligned, read only up to the last element of the last row); the scales (caller
      * memory, aligned to their element size) as sdpa_qscales says, their group the row
      * length (one scale per row) or a multiple of SDPA_QGROUP_VEC that divides it. A driver
