@@ -165,12 +165,13 @@ typedef struct sdpa_kernels {
      * times s is exact (kernels/convert.h, sdpa_i8_scale_exact): the score
      * fl(fl(dot(q, codes) s) scale), P V's term fl(p s) codes, the same real values in
      * another order (the x86 tables do, kernels/x86/tiles.h "int8 scales factored"; each
-     * row's bits still whatever rows and keys share the call). Rows are ldb BYTES apart (caller memory:
-     * byte-aligned, read only up to the last element of the last row); the scales (caller
-     * memory, aligned to their element size) as sdpa_qscales says, their group the row
-     * length (one scale per row) or a multiple of SDPA_QGROUP_VEC that divides it. A driver
-     * that takes them decodes a quantized cache once per element, in the kernel that
-     * multiplies it, instead of writing fp32 rows to scratch and reading them back. */
+     * row's bits still whatever rows and keys share the call). Rows are ldb BYTES apart
+     * (caller memory: byte-aligned, read only up to the last element of the last row); the
+     * scales (caller memory, aligned to their element size) as sdpa_qscales says, their
+     * group the row length (one scale per row) or a multiple of SDPA_QGROUP_VEC that
+     * divides it. A driver that takes them decodes a quantized cache once per element, in
+     * the kernel that multiplies it, instead of writing fp32 rows to scratch and reading
+     * them back. */
     void (*qk_rows_q)(int m, int n, int dk, float scale, const float *q, int ldq,
                       const void *k, int64_t ldkb, sdpa_dtype dt, const sdpa_qscales *sc,
                       float *s, int lds, int npf, const void *pf);
