@@ -103,6 +103,10 @@ const sb_shape sb_suite[] = {
     /* a 512-row chunk of prefill against a 16k cache, causal (bottom-right) */
     ENGINE("chunked-prefill", .B = 1, .Hq = 8, .Hkv = 2, .Tq = 512, .Tkv = 16384, .Dk = 128,
            .Dv = 128, .causal = SDPA_CAUSAL_BOTTOM_RIGHT),
+    /* decode-long over a cache kept tokens-major, [B, T, Hkv, D] (llama.cpp's cache, the
+     * layout the K and V projections write): each token's KV heads side by side */
+    ENGINE("decode-long-bthd", .B = 1, .Hq = 32, .Hkv = 8, .Tq = 1, .Tkv = 65536, .Dk = 128,
+           .Dv = 128, .layout = SC_BTHD),
     /* 16 sequences decoding at once against caches of mixed lengths */
     ENGINE("batched-decode", .B = 16, .Hq = 32, .Hkv = 8, .Tq = 1, .Tkv = 8192, .Dk = 128,
            .Dv = 128, .kv_lens = batched_lens),

@@ -40,9 +40,13 @@ struct sdpa_plan {
     float *weights;       /* PLAN_WEIGHTS: the output */
     int br, bc;
     int grouped;          /* rows are (query row, head of the group) pairs */
-    int64_t rows_per_bh;  /* rows of one (b, hk) when grouped, of one (b, h) when not */
+    int hgroup;           /* grouped decode whose items hold every KV head of an entry
+                             (plan.c, heads_together): row r is query head r, K/V head
+                             r / group, and each key block runs head after head */
+    int64_t rows_per_bh;  /* rows of one (b, hk) when grouped, of one (b, h) when not,
+                             of one b under hgroup */
     int64_t items_per_bh; /* ceil(rows_per_bh / Br) */
-    int64_t nbh;          /* B * Hkv (grouped) or B * Hq */
+    int64_t nbh;          /* B * Hkv (grouped), B (hgroup) or B * Hq */
     int64_t items;
     int mrows;            /* most rows an item has: min(Br, rows_per_bh) */
     int64_t chunk;        /* split-KV chunk in keys; 0 = no split */
@@ -50,8 +54,10 @@ struct sdpa_plan {
     int64_t units;        /* items * nchunks */
     int chunk_major;      /* hand an entry's units out chunk by chunk, all its items (KV
                              heads) at once (schedule.h): paged split-KV decode */
-    int64_t finish_units; /* merges (items, when split) + orphan rows (1, under packed
-                             varlen with rows no sequence owns) */
+    int merge_parts;      /* finishing units an item's merge is cut into, each its share
+                             of the rows: 1, or Hkv under hgroup (a KV head's rows each) */
+    int64_t finish_units; /* merges (items x merge_parts, when split) + orphan rows (1,
+                             under packed varlen with rows no sequence owns) */
     int ldq, lds, ldo;
     int k_in_place;       /* QK^T by qk_rows on K in place, not pack_k + qk */
     int kq_fused, vq_fused; /* quantized K (V) of decode runs read by qk_rows_q (pv_q),
@@ -247,8 +253,9 @@ void sdpa_partial_of(float m, float l, float *o, float *out, int64_t D, float *l
 void sdpa_merge_row(int n, const void *const *parts, const sdpa_dtype *dts, const float *lses,
                     float sink, int zero_weight, int64_t D, void *dst, sdpa_dtype ot,
                     float *lse_out, float *coef);
-/* Merge item t's split-KV partials into its output rows. */
-void merge_item(const plan *pl, const scratch *w, int64_t t);
+/* Merge item t's split-KV partials into its output rows: the rows of part `part` of the
+ * item's merge_parts (plan.c), each a finishing unit. */
+void merge_item(const plan *pl, const scratch *w, int64_t t, int part);
 /* Under packed varlen, the view rows no sequence owns: zeros and lse -inf. */
 void write_orphan_rows(const plan *pl);
 

@@ -202,10 +202,11 @@ static void *out_row(const plan *pl, const rows *it, const scratch *w, int r, fl
 
 /* Padding rows of an item (plain and padded batches only: under packed varlen the rows
  * past a sequence's end belong to the next sequence). */
-static void write_padding(const plan *pl, const rows *it, const scratch *w) {
+/* The padding rows among rows [r0, r1) of an item: zeros, lse -inf. */
+static void write_padding(const plan *pl, const rows *it, const scratch *w, int r0, int r1) {
     if (pl->p.cu_q)
         return;
-    for (int r = it->mvalid; r < it->m; r++) {
+    for (int r = r0 > it->mvalid ? r0 : it->mvalid; r < r1; r++) {
         float *lse;
         void *dst = out_row(pl, it, w, r, &lse);
         memset(dst, 0, (size_t)pl->p.Dv * sdpa_dtype_size(pl->p.ot));
@@ -222,16 +223,18 @@ void finalize_item(const plan *pl, const rows *it, const scratch *w) {
         finalize_row(pl, w->m[r], w->l[r], w->o + (size_t)r * (size_t)pl->ldo, sink, w->wts,
                      dst, lse);
     }
-    write_padding(pl, it, w);
+    write_padding(pl, it, w, 0, it->m);
 }
 
-void merge_item(const plan *pl, const scratch *w, int64_t t) {
+void merge_item(const plan *pl, const scratch *w, int64_t t, int part) {
     rows it;
     item_rows(pl, w, t, &it);
     const size_t pf = partial_floats(pl), mr = (size_t)pl->mrows;
     const float *base = pl->part + (size_t)(t * pl->nchunks) * pf;
     const int nc = (int)pl->nchunks;
-    for (int r = 0; r < it.mvalid; r++) {
+    const int per = (it.m + pl->merge_parts - 1) / pl->merge_parts, r0 = part * per;
+    const int r1 = r0 + per < it.m ? r0 + per : it.m;
+    for (int r = r0; r < r1 && r < it.mvalid; r++) {
         /* chunk c's partial of row r: its lse at base + c pf + r, its O row after the
          * lse of every row */
         for (int c = 0; c < nc; c++) {
@@ -244,7 +247,7 @@ void merge_item(const plan *pl, const scratch *w, int64_t t) {
         sdpa_merge_row(nc, w->parts, NULL, w->lses, sink, 1, pl->p.Dv, dst, pl->p.ot, lse,
                        w->wts);
     }
-    write_padding(pl, &it, w);
+    write_padding(pl, &it, w, r0, r1);
 }
 
 /* Under packed varlen, view rows no sequence owns (at and beyond cu_seqlens_q[B]) are

@@ -39,6 +39,18 @@
  * crossover is measured in docs/PERFORMANCE.md, "QK^T in place or packed"). */
 #define QK_ROWS_MAX 16
 
+/* A head-group item's key blocks (plan.hgroup): run head after head, each head reads a
+ * piece of every token's row, and the heads' pieces of a token come in together the
+ * closer the passes run: the table's Bc halved while a block's K rows (from the first
+ * head's to the end of the last's) pass HGROUP_BLOCK_BYTES, down to HGROUP_BC_MIN (one
+ * qk_rows strip of 16 keys). Measured on AMD Zen 4, decode-long's shape over a [B, T,
+ * Hkv, D] cache, 1 thread: fp32 (4 KiB of K a token) 64 / 32 / 16 keys 31-33 / 29-31 /
+ * 27-29 ms, f16 17.6-19 / 16.4-17.4 / 18-19.3 ms (docs/PERFORMANCE.md, "Decode over a
+ * tokens-major cache"); one microarchitecture: the next session on another host should
+ * measure it again. */
+#define HGROUP_BLOCK_BYTES (64 * 1024)
+#define HGROUP_BC_MIN 16
+
 /* Items of the bf16 mode on a table with bf16 tiles have this many times the table's Br
  * rows: the tiles do a block's products in about half the fp32 time, so packing K and V
  * once per item and block weighs twice as much; twice the rows per item halve it again
@@ -116,6 +128,23 @@ size_t partial_floats(const plan *pl) {
     return (size_t)pl->mrows + (size_t)pl->mrows * (size_t)pl->p.Dv;
 }
 
+/* Head-group items (plan.hgroup): decode (one query row per entry) of a GQA call whose K
+ * and V keep each token's KV heads side by side, heads inside tokens ([B, T, Hkv, D],
+ * the layout projections write and llama.cpp's cache keeps: head stride below the row
+ * stride), read in place as f32, f16 or bf16, in exact fp32 compute, with every query
+ * head of an entry within one item (Hq <= Br) and a group's rows within qk_rows' reach.
+ * An item per KV head would read 1 / Hkv of every token's row, a short piece at a stride
+ * of the whole row, which no prefetcher streams (docs/PERFORMANCE.md, "Decode over a
+ * tokens-major cache"); an item of all KV heads reads each token's heads together. */
+static int heads_together(const plan *pl, const sdpa_problem *p, int64_t tq_max) {
+    const int64_t *ks = p->ks, *vs = p->vs;
+    return pl->mode == PLAN_FORWARD && pl->grouped && tq_max == 1 && !p->cu_q &&
+           p->Hkv > 1 && p->Hq <= pl->br && p->group <= QK_ROWS_MAX &&
+           p->compute == SDPA_COMPUTE_F32 && !p->pages.block_table &&
+           !sdpa_dtype_quantized(p->kt) && !sdpa_dtype_quantized(p->vt) && ks[1] > 0 &&
+           ks[1] < ks[2] && vs[1] > 0 && vs[1] < vs[2];
+}
+
 void plan_init(plan *pl, const sdpa_kernels *kt, const sdpa_problem *p, int mode,
                float *weights) {
     memset(pl, 0, sizeof *pl);
@@ -134,14 +163,23 @@ void plan_init(plan *pl, const sdpa_kernels *kt, const sdpa_problem *p, int mode
         }
     }
     pl->grouped = p->group > 1 && tq_max <= GROUP_TQ_MAX;
-    pl->rows_per_bh = pl->grouped ? p->group * tq_max : tq_max;
+    pl->hgroup = heads_together(pl, p, tq_max);
+    pl->rows_per_bh = pl->hgroup ? p->Hq : pl->grouped ? p->group * tq_max : tq_max;
     pl->items_per_bh = ceil_div(pl->rows_per_bh, pl->br);
-    pl->nbh = p->B * (pl->grouped ? p->Hkv : p->Hq);
+    pl->nbh = p->B * (pl->hgroup ? 1 : pl->grouped ? p->Hkv : p->Hq);
     pl->items = pl->nbh * pl->items_per_bh;
     pl->mrows = (int)min64(pl->br, pl->rows_per_bh);
     pl->ldq = (int)round_up((size_t)p->Dk, 16);
     pl->ldo = (int)round_up((size_t)p->Dv, 16);
-    pl->k_in_place = pl->mrows <= QK_ROWS_MAX;
+    /* (a head-group item calls qk_rows once per KV head, on that head's group rows) */
+    pl->k_in_place = pl->hgroup || pl->mrows <= QK_ROWS_MAX;
+    /* blocks of at most HGROUP_BLOCK_BYTES of K rows, all heads' (the product stays
+     * below 2^62: a validated view's extent is below 2^56 bytes, validate.c) */
+    if (pl->hgroup)
+        while (pl->bc > HGROUP_BC_MIN &&
+               (int64_t)pl->bc * ((p->Hkv - 1) * p->ks[1] + p->Dk) *
+                       (int64_t)sdpa_dtype_size(p->kt) > HGROUP_BLOCK_BYTES)
+            pl->bc /= 2;
     /* bf16 compute: the table's bf16 tiles where it has them and the items are large
      * enough to pack K; else the fp32 tiles on operands rounded to bf16 (the same
      * arithmetic: a product of two bf16 values is exact in fp32) */
@@ -163,7 +201,7 @@ void plan_init(plan *pl, const sdpa_kernels *kt, const sdpa_problem *p, int mode
         }
     pl->ldqb = (int)round_up((size_t)p->Dk, 32);
     /* S holds a block padded to the packing's key multiple */
-    size_t scols = round_up((size_t)kt->bc, (size_t)kt->kp_align);
+    size_t scols = round_up((size_t)pl->bc, (size_t)kt->kp_align);
     if (pl->bf16_tiles)
         scols = round_up((size_t)kt->bc, (size_t)kt->kpb_align);
     pl->lds = (int)round_up(scols, 16);
@@ -193,7 +231,10 @@ void plan_init(plan *pl, const sdpa_kernels *kt, const sdpa_problem *p, int mode
      * (decode-long-paged16, docs/PERFORMANCE.md "KV caches"). */
     pl->chunk_major = p->pages.block_table != NULL && pl->nchunks > 1;
     const int orphans = mode == PLAN_FORWARD && p->cu_q && p->cu_q[p->B] < p->Tq;
-    pl->finish_units = (pl->chunk ? pl->items : 0) + orphans;
+    /* a head-group item's merge is cut by KV head, so it runs on as many threads as the
+     * per-head items' merges would */
+    pl->merge_parts = pl->hgroup ? (int)p->Hkv : 1;
+    pl->finish_units = (pl->chunk ? pl->items * pl->merge_parts : 0) + orphans;
     pl->scratch_bytes = scratch_layout(pl, NULL, NULL);
 }
 
@@ -224,7 +265,11 @@ void item_rows(const plan *pl, const scratch *w, int64_t t, rows *it) {
     const int64_t r0 = qb * pl->br;
     it->m = (int)min64(pl->br, pl->rows_per_bh - r0);
     int64_t hbase;
-    if (pl->grouped) {
+    if (pl->hgroup) { /* rows = the entry's query heads in order, head h's K/V head h / g */
+        it->b = bh;
+        it->hk = 0;
+        hbase = 0;
+    } else if (pl->grouped) {
         it->b = bh / p->Hkv;
         it->hk = bh % p->Hkv;
         hbase = it->hk * p->group;
@@ -241,8 +286,8 @@ void item_rows(const plan *pl, const scratch *w, int64_t t, rows *it) {
     it->ihi = INT64_MAX;
     for (int r = 0; r < it->m; r++) {
         const int64_t row = r0 + r;
-        w->h[r] = pl->grouped ? hbase + row % p->group : hbase;
-        w->i[r] = pl->grouped ? row / p->group : row;
+        w->h[r] = pl->hgroup ? row : pl->grouped ? hbase + row % p->group : hbase;
+        w->i[r] = pl->hgroup ? 0 : pl->grouped ? row / p->group : row;
         if (w->i[r] >= it->seq.tq)
             continue;
         it->mvalid = r + 1;
@@ -294,8 +339,8 @@ void plan_run_unit(const plan *pl, int64_t u, const scratch *w) {
 }
 
 void plan_finish_unit(const plan *pl, int64_t f, const scratch *w) {
-    if (pl->chunk && f < pl->items)
-        merge_item(pl, w, f);
+    if (pl->chunk && f < pl->items * pl->merge_parts)
+        merge_item(pl, w, f / pl->merge_parts, (int)(f % pl->merge_parts));
     else
         write_orphan_rows(pl);
 }

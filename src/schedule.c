@@ -48,15 +48,17 @@ int schedule_order(const plan *pl, sched_entry *ord) {
     return 1;
 }
 
-sdpa_status schedule_plan(const sdpa_desc *desc, const sdpa_dtype dt[4], const sdpa_kernels *kt,
-                          plan *pl) {
+sdpa_status schedule_plan(const sdpa_desc *desc, const sdpa_dtype dt[4], int tokens_major,
+                          const sdpa_kernels *kt, plan *pl) {
     /* Inputs may overlap each other, outputs may not overlap inputs (validate.c): one
      * placeholder address for the three inputs, another 2^46 bytes above for the output
      * (64-bit targets; every extent of a plannable shape is far below that) */
     char *const in = (char *)((uintptr_t)1 << 46), *const out = in + ((uintptr_t)1 << 46);
     const sdpa_tensor q = sdpa_tensor_bhtd(in, dt[0], desc->heads_q, desc->len_q, desc->dim_qk),
-                      k = sdpa_tensor_bhtd(in, dt[1], desc->heads_kv, desc->len_kv, desc->dim_qk),
-                      v = sdpa_tensor_bhtd(in, dt[2], desc->heads_kv, desc->len_kv, desc->dim_v),
+                      k = (tokens_major ? sdpa_tensor_bthd : sdpa_tensor_bhtd)(
+                          in, dt[1], desc->heads_kv, desc->len_kv, desc->dim_qk),
+                      v = (tokens_major ? sdpa_tensor_bthd : sdpa_tensor_bhtd)(
+                          in, dt[2], desc->heads_kv, desc->len_kv, desc->dim_v),
                       o = sdpa_tensor_bhtd(out, dt[3], desc->heads_q, desc->len_q, desc->dim_v);
     sdpa_problem p;
     const sdpa_status st = sdpa_validate(desc, &q, &k, &v, &o, NULL, &p);
@@ -109,19 +111,24 @@ sdpa_status schedule_work(const plan *pl, double fixed, double *unit, double *fi
     for (int64_t k = 0; k < pl->units; k++)
         unit[k] = (double)unit_blocks(pl, schedule_unit(pl, ordered ? ord : NULL, k), &w) + fixed;
     /* A finishing unit streams what it reads and writes, as decode streams K and V: its
-     * bytes over those of one block's K and V rows. A merge reads its item's nchunks
+     * bytes over those of one block's K and V rows (every KV head's, for an item that
+     * holds them all: plan.hgroup). A merge reads its item's nchunks
      * fp32 partials of each real row and writes the row; the orphan rows' unit writes
      * zeros into the rows no sequence owns. */
-    const double block_bytes = (double)pl->bc * ((double)p->Dk * sdpa_kv_bits(p->kt) +
-                                                 (double)p->Dv * sdpa_kv_bits(p->vt)) / 8.0;
+    const double block_bytes = (double)pl->bc * (pl->hgroup ? (double)p->Hkv : 1.0) *
+                               ((double)p->Dk * sdpa_kv_bits(p->kt) +
+                                (double)p->Dv * sdpa_kv_bits(p->vt)) / 8.0;
     const double row_bytes = (double)p->Dv * (double)sdpa_dtype_size(p->ot);
     for (int64_t f = 0; f < pl->finish_units; f++) {
         double bytes;
-        if (pl->chunk && f < pl->items) {
+        if (pl->chunk && f < pl->items * pl->merge_parts) { /* merge_item's rows */
             rows it;
-            item_rows(pl, &w, f, &it);
-            bytes = (double)it.mvalid * ((double)pl->nchunks * 4.0 * ((double)p->Dv + 1.0) +
-                                         row_bytes);
+            item_rows(pl, &w, f / pl->merge_parts, &it);
+            const int per = (it.m + pl->merge_parts - 1) / pl->merge_parts;
+            const int r0 = (int)(f % pl->merge_parts) * per;
+            const int r1 = r0 + per < it.mvalid ? r0 + per : it.mvalid;
+            bytes = (double)(r1 > r0 ? r1 - r0 : 0) *
+                    ((double)pl->nchunks * 4.0 * ((double)p->Dv + 1.0) + row_bytes);
         } else {
             bytes = (double)(p->Tq - p->cu_q[p->B]) * (double)p->Hq * row_bytes;
         }

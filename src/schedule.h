@@ -46,12 +46,12 @@ static inline int64_t schedule_unit(const plan *pl, const sched_entry *ord, int6
 }
 
 /* The plan sdpa_forward makes for desc on table kt, with views of storage dtypes dt[4]
- * (q, k, v, o; contiguous [B, H, T, D]) whose data are placeholders: planning reads
- * the views' shapes, never their memory, so a shape of any size plans without any. The
- * plan must not run (its pointers are not memory) and holds no allocation. The status
- * of sdpa_validate. */
-sdpa_status schedule_plan(const sdpa_desc *desc, const sdpa_dtype dt[4], const sdpa_kernels *kt,
-                          plan *pl);
+ * (q, k, v, o; contiguous [B, H, T, D], K and V [B, T, H, D] where tokens_major) whose
+ * data are placeholders: planning reads the views' shapes, never their memory, so a
+ * shape of any size plans without any. The plan must not run (its pointers are not
+ * memory) and holds no allocation. The status of sdpa_validate. */
+sdpa_status schedule_plan(const sdpa_desc *desc, const sdpa_dtype dt[4], int tokens_major,
+                          const sdpa_kernels *kt, plan *pl);
 
 /* The key blocks unit u of pl computes: what run_keys counts (counters.computed) for it,
  * from the plan's rows and key ranges alone (item_rows, which writes w's row arrays; w

@@ -39,8 +39,7 @@ static double work_flops(const plan *pl) {
         keys = fmin(keys, (double)p->window_left + (double)p->window_right + 1.0);
     if (p->causal != SDPA_CAUSAL_NONE)
         keys = fmin(keys, 0.5 * (double)p->Tkv + 1.0);
-    return 2.0 * (double)(p->Dk + p->Dv) * (double)p->Hq * (double)pl->rows_per_bh /
-           (pl->grouped ? (double)p->group : 1.0) * (double)p->B * keys;
+    return 2.0 * (double)(p->Dk + p->Dv) * (double)pl->nbh * (double)pl->rows_per_bh * keys;
 }
 
 static int choose_threads(const plan *pl) {

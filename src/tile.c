@@ -398,6 +398,27 @@ static int block_pv(const plan *pl, const rows *it, const scratch *w, int ra, in
     return pv_block(pl, it, w, ra, rb, j0, n, &vr, masked, own ? npf : 0);
 }
 
+/* block_scores and block_pv of a head-group item (plan.hgroup), head after head: K/V
+ * head hk's rows are the band [hk g, hk g + g) within [ra, rb), its block at kv plus hk
+ * head strides (kv: head 0's block, in place). Each call is the one a per-head item
+ * makes on that head's rows, so the rows' bits are the same. Returns 1 if every head's
+ * call streamed on past the block. */
+static int heads_step(const plan *pl, const rows *it, const scratch *w, const vrows *kv,
+                      int which, int64_t j0, int n, int ra, int rb, int npf, int warm,
+                      int plain, int masked) {
+    const sdpa_problem *p = &pl->p;
+    const int g = (int)p->group;
+    const int64_t hstep = (which ? p->vs[1] : p->ks[1]) * (int64_t)sdpa_dtype_size(kv->dt);
+    int streamed = 1;
+    for (int hk = ra / g; hk * g < rb; hk++) {
+        const int a = hk * g > ra ? hk * g : ra, e = hk * g + g < rb ? hk * g + g : rb;
+        const vrows h = {kv->v + hk * hstep, kv->ld, kv->dt};
+        streamed &= which ? block_pv(pl, it, w, a, e, j0, n, &h, masked, npf, warm)
+                          : block_scores(pl, it, w, &h, j0, n, a, e, npf, warm, plain);
+    }
+    return streamed;
+}
+
 /* The weights mode's step on one block of scores (rows [ra, rb), after prepare_block if
  * the block is not plain): W = exp(S - lse) with hidden keys exactly 0 (-inf - lse is
  * NaN when the row's lse is NaN), dropout, and the rows' columns [j0, j0 + n) written. */
@@ -453,6 +474,11 @@ void run_keys(const plan *pl, const rows *it, const scratch *w, int64_t ja, int6
     const size_t kes = sdpa_dtype_size(p->kt), ves = vin ? sdpa_dtype_size(p->vt) : 0;
     const char *kbase = kin ? sdpa_kv_row(p, 0, it->b, it->hk, it->seq.kv0, 0) : NULL;
     const char *vbase = vin ? sdpa_kv_row(p, 1, it->b, it->hk, it->seq.kv0, 0) : NULL;
+    /* a row's bytes, or under hgroup a token's, from its first KV head's row to the end
+     * of its last (heads_step reads them all) */
+    const int64_t nh = pl->hgroup ? p->Hkv - 1 : 0;
+    const size_t krow = (size_t)(nh * p->ks[1] + Dk) * kes;
+    const size_t vrow = (size_t)(nh * p->vs[1] + Dv) * ves;
     /* whether the last qk_rows / pv call streamed past its block (block_scores,
      * block_pv): the kernel then prefetched this block's first rows at its prefetch
      * distance, as it did every row before, and the driver asks for them only when not
@@ -496,7 +522,7 @@ void run_keys(const plan *pl, const rows *it, const scratch *w, int64_t ja, int6
              * stride's bytes (validate.c); a single row's stride is unbounded (INT64_MAX
              * passes, multiplied by 0) and would overflow here, so it is not used */
             if (!vahead)
-                prefetch_head(v.v, n > 1 ? p->vs[2] * (int64_t)ves : 0, n, (size_t)Dv * ves);
+                prefetch_head(v.v, n > 1 ? p->vs[2] * (int64_t)ves : 0, n, vrow);
         } else if (vseg && !vahead) { /* the first rows of V, as prefetch_head: before QK^T */
             if (pl->v_at)
                 rows_at(pl, it, 1, j0, n, npf, 1, w->vat);
@@ -506,7 +532,9 @@ void run_keys(const plan *pl, const rows *it, const scratch *w, int64_t ja, int6
         const vrows k = kin    ? (vrows){kbase + (size_t)(j0 * p->ks[2]) * kes, p->ks[2], p->kt}
                         : kseg ? (vrows){NULL, 0, SDPA_F32}
                                : kv_block(pl, it, w, 0, j0, n);
-        kahead = block_scores(pl, it, w, kseg ? NULL : &k, j0, n, ra, rb, npf, kahead, plain);
+        kahead = pl->hgroup ? heads_step(pl, it, w, &k, 0, j0, n, ra, rb, npf, kahead, plain, 0)
+                            : block_scores(pl, it, w, kseg ? NULL : &k, j0, n, ra, rb, npf,
+                                           kahead, plain);
         const int masked = plain ? 0 : prepare_block(pl, it, w, ra, rb, j0, n);
         c->masked += masked != 0;
         if (!forward) {
@@ -521,13 +549,15 @@ void run_keys(const plan *pl, const rows *it, const scratch *w, int64_t ja, int6
             kv_prefetch_run(pl, it, 0, j1, min64(jb, j1 + pl->bc));
         else if (j1 < jb && kin && !kahead)
             prefetch_head(kbase + (size_t)(j1 * p->ks[2]) * kes, p->ks[2] * (int64_t)kes,
-                          (int)min64(jb - j1, pl->bc), (size_t)Dk * kes);
+                          (int)min64(jb - j1, pl->bc), krow);
         if (p->dropout_p != 0.0f)
             dropout_block(pl, it, w, ra, rb, j0, n);
         const int vpages = vseg && !masked;
         if (!vin && !vpages)
             v = kv_block(pl, it, w, 1, j0, n);
-        vahead = block_pv(pl, it, w, ra, rb, j0, n, vpages ? NULL : &v, masked, npf, vahead);
+        vahead = pl->hgroup ? heads_step(pl, it, w, &v, 1, j0, n, ra, rb, npf, vahead, 0, masked)
+                            : block_pv(pl, it, w, ra, rb, j0, n, vpages ? NULL : &v, masked,
+                                       npf, vahead);
         j0 = j1;
     }
 }

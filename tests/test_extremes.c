@@ -401,6 +401,13 @@ static void nan_key_row(void) {
         {{.B = 1, .Hq = 4, .Hkv = 2, .Tq = 3, .Tkv = 2100, .Dk = 16, .Dv = 16, .causal = 1,
           .window = 1, .wl = 1000, .threads = 3},
          {1, 1100, 0}},
+        /* decode over a tokens-major cache (plan.c, hgroup: every KV head in one item) */
+        {{.B = 1, .Hq = 8, .Hkv = 4, .Tq = 1, .Tkv = 1500, .Dk = 16, .Dv = 16,
+          .layout = SC_BTHD, .threads = 2},
+         {2, 1200, 0}},
+        {{.B = 1, .Hq = 6, .Hkv = 3, .Tq = 1, .Tkv = 100, .Dk = 8, .Dv = 8, .causal = 1,
+          .layout = SC_BTHD, .mask = SDPA_MASK_BOOL},
+         {1, 50, 0}},
     };
     for (int k = 0; k < N(cases); k++) {
         sc_case c = cases[k].c;

@@ -76,7 +76,73 @@ void suite_sweep(void) {
     }
 }
 
+/* Decode over K/V stored tokens-major ([B, T, Hkv, D]), which the plan runs as one item
+ * of every KV head of an entry, head after head in each key block (src/plan.c,
+ * heads_together): against the reference with every feature that changes a row's keys or
+ * scores, storage types, head dims, GQA ratios and lengths past the split-KV threshold
+ * and the block sizes, each case also checked to have run as such items (stats:
+ * one work item per batch entry). */
+static void check_heads_together(const sc_case *c, const char *label) {
+    th_run_case(c, label);
+    sc_tensors t;
+    th_tensors_make(&t, c);
+    sdpa_stats st;
+    t.desc.stats = &st;
+    const sdpa_status s = sdpa_forward(&t.desc, &t.q, &t.k, &t.v, &t.o, t.lse);
+    char buf[512];
+    CHECK(s == SDPA_OK && st.work_items == c->B,
+          "%s: %s: status %d, %lld work items (one a batch entry expected)", label,
+          th_case_str(c, buf, sizeof buf), (int)s, (long long)st.work_items);
+    sc_tensors_free(&t);
+}
+
+static void test_heads_together(void) {
+    static const int64_t heads[][2] = {{4, 2}, {8, 4}, {16, 8}, {12, 3}, {32, 8}};
+    static const int64_t dims[][2] = {{24, 17}, {128, 128}, {64, 64}, {1, 3}, {80, 96}};
+    static const int64_t tkvs[] = {1, 15, 16, 17, 100, 1025, 4100};
+    static const sdpa_dtype dts[] = {SDPA_F32, SDPA_F16, SDPA_BF16};
+    int n = 0;
+    for (int a = 0; a < N(heads); a++)
+        for (int d = 0; d < N(dims); d++)
+            for (int j = 0; j < N(tkvs); j++, n++) {
+                if (heads[a][0] > 32 || (tkvs[j] > 1100 && dims[d][0] > 64 && a > 1))
+                    continue; /* Hq within every table's Br; the long ones on few heads */
+                const sdpa_dtype dt = dts[n % N(dts)];
+                sc_case c = {.B = 2, .Hq = heads[a][0], .Hkv = heads[a][1], .Tq = 1,
+                             .Tkv = tkvs[j], .Dk = dims[d][0], .Dv = dims[d][1],
+                             .layout = SC_BTHD, .dt = {SDPA_F32, dt, dt, SDPA_F32},
+                             .seed = seed_of(a, d * 16 + j, 21)};
+                check_heads_together(&c, "heads together");
+            }
+    /* every feature on one shape that splits its keys and one that does not */
+    for (int f = 0; f < 11; f++)
+        for (int longer = 0; longer < 2; longer++) {
+            sc_case c = {.B = 3, .Hq = 8, .Hkv = 2, .Tq = 1, .Tkv = longer ? 1300 : 70,
+                         .Dk = 32, .Dv = 24, .layout = SC_BTHD,
+                         .seed = seed_of(f, longer, 22)};
+            switch (f) {
+            case 0: c.causal = SDPA_CAUSAL_BOTTOM_RIGHT; break;
+            case 1: c.causal = SDPA_CAUSAL_TOP_LEFT; break; /* key 0 only */
+            case 2: c.window = 1; c.wl = 37; c.wr = 0; break;
+            case 3: c.softcap = 5.0f; break;
+            case 4: c.alibi = 1; break;
+            case 5: c.sinks = 1; break;
+            case 6: c.mask = SDPA_MASK_BOOL; c.mask_hidden = 0.3f; break;
+            case 7:
+                c.mask = SDPA_MASK_ADDITIVE;
+                c.mask_hidden = 0.2f;
+                c.mask_bcast = SC_BCAST_H;
+                break;
+            case 8: c.lens = SC_LENS_KV; break;
+            case 9: c.lens = SC_LENS_PADDED; break; /* an entry with no query row */
+            default: c.dropout = 0.25f; break;
+            }
+            check_heads_together(&c, "heads together, features");
+        }
+}
+
 void suite_layout(void) {
+    test_heads_together();
     static const int layouts[] = {SC_BTHD, SC_PADDED};
     for (int l = 0; l < N(layouts); l++)
         for (int causal = 0; causal < 2; causal++) {
@@ -149,6 +215,9 @@ void suite_threads(void) {
         {.B = 2, .Hq = 8, .Hkv = 1, .Tq = 7, .Tkv = 3000, .Dk = 64, .Dv = 64, .causal = 1},
         {.B = 3, .Hq = 4, .Hkv = 2, .Tq = 5, .Tkv = 2000, .Dk = 32, .Dv = 32, .causal = 1,
          .lens = SC_LENS_PADDED, .sinks = 1, .window = 1, .wl = 700, .dt = {0, 1, 1, 0}},
+        /* decode over a tokens-major cache: items of every KV head (plan.c, hgroup) */
+        {.B = 2, .Hq = 8, .Hkv = 2, .Tq = 1, .Tkv = 3000, .Dk = 64, .Dv = 48, .causal = 1,
+         .layout = SC_BTHD, .lens = SC_LENS_KV, .dt = {0, 1, 1, 0}},
     };
     for (int s = 0; s < N(shapes); s++) {
         sc_case c = shapes[s];

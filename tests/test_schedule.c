@@ -53,6 +53,9 @@ static const struct {
                                    .Dv = 32}},
     {"decode, split-KV, key lengths", {.B = 3, .Hq = 4, .Hkv = 1, .Tq = 1, .Tkv = 3000, .Dk = 16,
                                        .Dv = 16, .lens = SC_LENS_KV}},
+    {"decode over a tokens-major cache (every KV head an item)",
+     {.B = 3, .Hq = 8, .Hkv = 4, .Tq = 1, .Tkv = 3000, .Dk = 16, .Dv = 16, .lens = SC_LENS_KV,
+      .layout = SC_BTHD}},
     {"speculative, grouped causal", {.B = 1, .Hq = 8, .Hkv = 2, .Tq = 6, .Tkv = 2500, .Dk = 16,
                                      .Dv = 16, .causal = BR}},
     {"chunked prefill, split-KV causal", {.B = 1, .Hq = 2, .Hkv = 2, .Tq = 100, .Tkv = 2048,
@@ -95,10 +98,11 @@ static void derived_counts(void) {
         CHECK(blocks > 0, "%s: no blocks", count_cases[i].name);
         /* the plan of the shape alone (placeholder views) is the call's plan */
         plan alone;
-        st = schedule_plan(&t.desc, c.dt, pl->kt, &alone);
+        st = schedule_plan(&t.desc, c.dt, c.layout == SC_BTHD, pl->kt, &alone);
         CHECK(st == SDPA_OK && alone.units == pl->units && alone.finish_units == pl->finish_units &&
                   alone.chunk == pl->chunk && alone.items == pl->items &&
-                  alone.grouped == pl->grouped,
+                  alone.grouped == pl->grouped && alone.hgroup == pl->hgroup &&
+                  alone.bc == pl->bc,
               "%s: the plan from the shape alone differs (%s; units %lld / %lld, chunk %lld / %lld)",
               count_cases[i].name, sdpa_strerror(st), (long long)alone.units,
               (long long)pl->units, (long long)alone.chunk, (long long)pl->chunk);
@@ -169,7 +173,7 @@ static void entry_order(void) {
     const sb_shape *s = sb_find_shape("batched-decode");
     const sdpa_desc d = sc_desc(&s->c);
     plan pl;
-    if (!CHECK(schedule_plan(&d, s->c.dt, sdpa_isa_lookup(th_isa)->kernels, &pl) == SDPA_OK,
+    if (!CHECK(schedule_plan(&d, s->c.dt, 0, sdpa_isa_lookup(th_isa)->kernels, &pl) == SDPA_OK,
                "batched-decode does not plan"))
         return;
     sched_entry ord[16];
@@ -239,7 +243,8 @@ static void bench_targets(void) {
             continue;
         const sdpa_desc d = sc_desc(&s->c);
         plan pl;
-        if (!CHECK(schedule_plan(&d, s->c.dt, kt, &pl) == SDPA_OK, "%s does not plan", s->name))
+        if (!CHECK(schedule_plan(&d, s->c.dt, s->c.layout == SC_BTHD, kt, &pl) == SDPA_OK,
+                   "%s does not plan", s->name))
             continue;
         double *work = malloc((size_t)(pl.units + pl.finish_units + 1) * sizeof(double));
         sched_result r;

@@ -44,7 +44,7 @@ typedef struct soak_cfg {
     unsigned char *ref_o, *ref_l; /* the reference's outputs */
 } soak_cfg;
 
-static soak_cfg cfgs[11];
+static soak_cfg cfgs[12];
 static int ncfg;
 static sdpa_isa usable_isas[SDPA_ISA_COUNT_];
 static int nusable;
@@ -137,6 +137,9 @@ static void setup(void) {
          .mask = SDPA_MASK_ADDITIVE, .mask_dt = SDPA_F16, .mask_bcast = SC_BCAST_B},
         {.B = 1, .Hq = 8, .Hkv = 1, .Tq = 5, .Tkv = 2000, .Dk = 32, .Dv = 32, .causal = 1,
          .window = 1, .wl = 900, .threads = 2, .layout = SC_BTHD},
+        /* decode over a tokens-major cache, every KV head in one item (plan.c, hgroup) */
+        {.B = 2, .Hq = 8, .Hkv = 4, .Tq = 1, .Tkv = 1500, .Dk = 32, .Dv = 32, .threads = 2,
+         .layout = SC_BTHD, .lens = SC_LENS_KV, .dt = {SDPA_F32, SDPA_F16, SDPA_F16, SDPA_F32}},
         {.B = 1, .Hq = 2, .Hkv = 2, .Tq = 6, .Tkv = 6, .Dk = 4, .Dv = 4, .causal = 1,
          .threads = 4},
         /* paged caches: int8 decode over pages of 16 with per-token scales and lengths;
@@ -154,6 +157,8 @@ static void setup(void) {
         if (sdpa_isa_supported((sdpa_isa)i))
             usable_isas[nusable++] = (sdpa_isa)i;
     setup_writer();
+    _Static_assert(sizeof cases / sizeof cases[0] <= sizeof cfgs / sizeof cfgs[0],
+                   "a soak configuration for every case");
     ncfg = N(cases);
     for (int k = 0; k < ncfg; k++) {
         soak_cfg *s = &cfgs[k];

@@ -50,7 +50,7 @@ static int shape_row(const sb_shape *s, const sdpa_kernels *kt, const int *count
     if (s->c.dt[2] >= SDPA_I8)
         d.v_scales = (sdpa_scales){.data = &one, .dtype = SDPA_F32};
     plan pl;
-    const sdpa_status st = schedule_plan(&d, s->c.dt, kt, &pl);
+    const sdpa_status st = schedule_plan(&d, s->c.dt, s->c.layout == SC_BTHD, kt, &pl);
     if (st != SDPA_OK) {
         fprintf(stderr, "%s: %s\n", s->name, sdpa_strerror(st));
         return -1;
