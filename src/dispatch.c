@@ -148,7 +148,10 @@ int sdpa_prefetch_ahead = 4096;
  * Intel Xeon above, 1 thread, three alternations, decode-long-paged16 ran 48.3 ms with
  * the stream's 2 KiB into L1, 45.4 / 45.7 / 46.4 at 4 / 8 / 16 KiB into L2 and 50.2 at
  * 8 KiB into L1 (f16 paged: 27.6, 26.2 / 26.2 / 28.1, 28.8). Elsewhere, the stream's
- * choice (not measured apart). */
+ * choice, which on AMD Zen 4 (8 KiB into L2) measured best of those tried (1 thread,
+ * four alternations: decode-long-paged16 32.3 / 29.2 / 29.8 ms at 4 / 8 / 16 KiB,
+ * decode-long-f16-paged16 18.2 / 17.4 ms at 4 / 8 KiB, into L1 29-34 ms against 19-22;
+ * docs/PERFORMANCE.md, "Decode over a tokens-major cache"). */
 int sdpa_prefetch_at_l1 = 1;
 int sdpa_prefetch_at_ahead = 4096;
 
