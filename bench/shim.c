@@ -296,6 +296,8 @@ const char *sb_case_str(const sc_case *c, char *buf, int n) {
         ADD(", Q %s, K %s, V %s, O %s", dtypes[dt[0]], dtypes[dt[1]], dtypes[dt[2]],
             dtypes[dt[3]]);
     }
+    if (c->layout == SC_BTHD)
+        ADD(", tokens-major [B, T, H, D]");
     if (kv_quantized(dt[1]) || kv_quantized(dt[2])) {
         const char *sdt = dtypes[c->qscale_dt];
         if (c->qscale == SC_QS_HEAD)

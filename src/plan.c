@@ -135,19 +135,22 @@ size_t partial_floats(const plan *pl) {
 
 /* Head-group items (plan.hgroup): decode (one query row per entry) of a GQA call whose K
  * and V keep each token's KV heads side by side, heads inside tokens ([B, T, Hkv, D],
- * the layout projections write and llama.cpp's cache keeps: head stride below the row
- * stride), read in place as f32, f16 or bf16, in exact fp32 compute, with every query
+ * the layout projections write and llama.cpp's cache keeps; a paged pool's pages
+ * [page, Hkv, D], FlashAttention's, or pages of one token, SGLang's: head stride below
+ * the token's), stored as f32, f16 or bf16, in exact fp32 compute, with every query
  * head of an entry within one item (Hq <= Br) and a group's rows within qk_rows' reach.
  * An item per KV head would read 1 / Hkv of every token's row, a short piece at a stride
  * of the whole row, which no prefetcher streams (docs/PERFORMANCE.md, "Decode over a
  * tokens-major cache"); an item of all KV heads reads each token's heads together. */
 static int heads_together(const plan *pl, const sdpa_problem *p, int64_t tq_max) {
     const int64_t *ks = p->ks, *vs = p->vs;
+    /* a paged pool's token: one slot of a page (stride ks[2]), or a whole page of one */
+    const int t = p->pages.block_table && p->pages.page_size == 1 ? 0 : 2;
     return pl->mode == PLAN_FORWARD && pl->grouped && tq_max == 1 && !p->cu_q &&
            p->Hkv > 1 && p->Hq <= pl->br && p->group <= QK_ROWS_MAX &&
-           p->compute == SDPA_COMPUTE_F32 && !p->pages.block_table &&
-           !sdpa_dtype_quantized(p->kt) && !sdpa_dtype_quantized(p->vt) && ks[1] > 0 &&
-           ks[1] < ks[2] && vs[1] > 0 && vs[1] < vs[2];
+           p->compute == SDPA_COMPUTE_F32 && !sdpa_dtype_quantized(p->kt) &&
+           !sdpa_dtype_quantized(p->vt) && ks[1] > 0 && ks[1] < ks[t] && vs[1] > 0 &&
+           vs[1] < vs[t];
 }
 
 void plan_init(plan *pl, const sdpa_kernels *kt, const sdpa_problem *p, int mode,

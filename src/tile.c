@@ -399,22 +399,29 @@ static int block_pv(const plan *pl, const rows *it, const scratch *w, int ra, in
 }
 
 /* block_scores and block_pv of a head-group item (plan.hgroup), head after head: K/V
- * head hk's rows are the band [hk g, hk g + g) within [ra, rb), its block at kv plus hk
- * head strides (kv: head 0's block, in place). Each call is the one a per-head item
- * makes on that head's rows, so the rows' bits are the same. Returns 1 if every head's
- * call streamed on past the block. */
+ * head hk's rows are the band [hk g, hk g + g) within [ra, rb), and its block is at kv
+ * plus hk head strides where K or V is in place (kv: head 0's block), else read through
+ * the pages as the item of head hk alone would (kv NULL; a masked block's V rows
+ * gathered per head, kv_block). Each call is the one a per-head item makes on that
+ * head's rows, so the rows' bits are the same. Returns 1 if every head's call streamed
+ * on past the block. */
 static int heads_step(const plan *pl, const rows *it, const scratch *w, const vrows *kv,
                       int which, int64_t j0, int n, int ra, int rb, int npf, int warm,
                       int plain, int masked) {
     const sdpa_problem *p = &pl->p;
     const int g = (int)p->group;
-    const int64_t hstep = (which ? p->vs[1] : p->ks[1]) * (int64_t)sdpa_dtype_size(kv->dt);
+    const int64_t hstep = kv ? (which ? p->vs[1] : p->ks[1]) * (int64_t)sdpa_dtype_size(kv->dt) : 0;
     int streamed = 1;
     for (int hk = ra / g; hk * g < rb; hk++) {
         const int a = hk * g > ra ? hk * g : ra, e = hk * g + g < rb ? hk * g + g : rb;
-        const vrows h = {kv->v + hk * hstep, kv->ld, kv->dt};
-        streamed &= which ? block_pv(pl, it, w, a, e, j0, n, &h, masked, npf, warm)
-                          : block_scores(pl, it, w, &h, j0, n, a, e, npf, warm, plain);
+        rows head = *it;
+        head.hk = hk;
+        vrows h = kv ? (vrows){kv->v + hk * hstep, kv->ld, kv->dt} : (vrows){NULL, 0, SDPA_F32};
+        if (!kv && which && masked)
+            h = kv_block(pl, &head, w, 1, j0, n);
+        const vrows *hp = kv || (which && masked) ? &h : NULL;
+        streamed &= which ? block_pv(pl, &head, w, a, e, j0, n, hp, masked, npf, warm)
+                          : block_scores(pl, &head, w, hp, j0, n, a, e, npf, warm, plain);
     }
     return streamed;
 }
@@ -532,7 +539,8 @@ void run_keys(const plan *pl, const rows *it, const scratch *w, int64_t ja, int6
         const vrows k = kin    ? (vrows){kbase + (size_t)(j0 * p->ks[2]) * kes, p->ks[2], p->kt}
                         : kseg ? (vrows){NULL, 0, SDPA_F32}
                                : kv_block(pl, it, w, 0, j0, n);
-        kahead = pl->hgroup ? heads_step(pl, it, w, &k, 0, j0, n, ra, rb, npf, kahead, plain, 0)
+        kahead = pl->hgroup ? heads_step(pl, it, w, kin ? &k : NULL, 0, j0, n, ra, rb, npf,
+                                         kahead, plain, 0)
                             : block_scores(pl, it, w, kseg ? NULL : &k, j0, n, ra, rb, npf,
                                            kahead, plain);
         const int masked = plain ? 0 : prepare_block(pl, it, w, ra, rb, j0, n);
@@ -553,9 +561,10 @@ void run_keys(const plan *pl, const rows *it, const scratch *w, int64_t ja, int6
         if (p->dropout_p != 0.0f)
             dropout_block(pl, it, w, ra, rb, j0, n);
         const int vpages = vseg && !masked;
-        if (!vin && !vpages)
+        if (!vin && !vpages && !pl->hgroup) /* (heads_step gathers each head's) */
             v = kv_block(pl, it, w, 1, j0, n);
-        vahead = pl->hgroup ? heads_step(pl, it, w, &v, 1, j0, n, ra, rb, npf, vahead, 0, masked)
+        vahead = pl->hgroup ? heads_step(pl, it, w, vin ? &v : NULL, 1, j0, n, ra, rb, npf,
+                                         vahead, 0, masked)
                             : block_pv(pl, it, w, ra, rb, j0, n, vpages ? NULL : &v, masked,
                                        npf, vahead);
         j0 = j1;

@@ -114,12 +114,24 @@ static void test_heads_together(void) {
                              .seed = seed_of(a, d * 16 + j, 21)};
                 check_heads_together(&c, "heads together");
             }
+    /* paged pools whose pages keep a token's heads together: pages of one token (any
+     * layout), [page, Hkv, D] pages (SC_BTHD) of 3 and 16 tokens */
+    static const int64_t pages[][2] = {{1, SC_BHTD}, {1, SC_BTHD}, {3, SC_BTHD}, {16, SC_BTHD}};
+    for (int pg = 0; pg < N(pages); pg++)
+        for (int j = 0; j < N(tkvs); j++) {
+            const sdpa_dtype dt = dts[(pg + j) % N(dts)];
+            sc_case c = {.B = 2, .Hq = 8, .Hkv = 4, .Tq = 1, .Tkv = tkvs[j], .Dk = 32, .Dv = 24,
+                         .layout = (int)pages[pg][1], .page = pages[pg][0],
+                         .lens = j % 2 ? SC_LENS_KV : SC_LENS_NONE,
+                         .dt = {SDPA_F32, dt, dt, SDPA_F32}, .seed = seed_of(pg, j, 23)};
+            check_heads_together(&c, "heads together, paged");
+        }
     /* every feature on one shape that splits its keys and one that does not */
     for (int f = 0; f < 11; f++)
-        for (int longer = 0; longer < 2; longer++) {
-            sc_case c = {.B = 3, .Hq = 8, .Hkv = 2, .Tq = 1, .Tkv = longer ? 1300 : 70,
-                         .Dk = 32, .Dv = 24, .layout = SC_BTHD,
-                         .seed = seed_of(f, longer, 22)};
+        for (int kind = 0; kind < 3; kind++) { /* short, split, paged one token a page */
+            sc_case c = {.B = 3, .Hq = 8, .Hkv = 2, .Tq = 1, .Tkv = kind ? 1300 : 70,
+                         .Dk = 32, .Dv = 24, .layout = SC_BTHD, .page = kind == 2,
+                         .seed = seed_of(f, kind, 22)};
             switch (f) {
             case 0: c.causal = SDPA_CAUSAL_BOTTOM_RIGHT; break;
             case 1: c.causal = SDPA_CAUSAL_TOP_LEFT; break; /* key 0 only */

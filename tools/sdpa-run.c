@@ -37,6 +37,7 @@ typedef struct opts {
     int dtype;          /* an sdpa_dtype, or -1 when not given */
     int kv_dtype;       /* K and V's sdpa_dtype, or -1 when not given */
     int64_t page_size;  /* tokens per page, 0 = contiguous; -1 when not given */
+    int layout;         /* SC_BHTD or SC_BTHD, or -1 when not given */
     int kv_scale;       /* an SC_QS_* granularity, or -1 when not given */
     int64_t kv_group;   /* channels per scale, 0 = the row; -1 when not given */
     int kv_scale_dtype; /* the scales' sdpa_dtype, or -1 when not given */
@@ -75,6 +76,7 @@ static const choice kv_scales[] = {{"row", SC_QS_ROW}, {"head", SC_QS_HEAD},
                                    {"tensor", SC_QS_TENSOR}, {0, 0}};
 static const choice scale_dtypes[] = {{"f32", SDPA_F32}, {"f16", SDPA_F16}, {0, 0}};
 static const choice computes[] = {{"f32", SDPA_COMPUTE_F32}, {"bf16", SDPA_COMPUTE_BF16}, {0, 0}};
+static const choice layouts[] = {{"bhtd", SC_BHTD}, {"bthd", SC_BTHD}, {0, 0}};
 static const choice pagings[] = {{"huge", SC_GUARD_HUGE}, {"heap", SC_GUARD_NONE}, {0, 0}};
 static const choice masks[] = {{"bool", SDPA_MASK_BOOL}, {"float", SDPA_MASK_ADDITIVE}, {0, 0}};
 
@@ -123,6 +125,10 @@ static const option_spec options[] = {
     {"page-size", ARG_INT, "N", offsetof(opts, page_size), 0, 1 << 20, NULL,
      "K and V in a pool of N-token pages, in shuffled order, read\n"
      "through a block table (sdpa_pages); 0 = contiguous (default)"},
+    {"layout", ARG_CHOICE, "L", offsetof(opts, layout), 0, 0, layouts,
+     "memory order of every view: bhtd, [B, H, T, D] (default), or\n"
+     "bthd, [B, T, H, D], tokens-major (a paged pool's pages then\n"
+     "[page, Hkv, D])"},
     {"kv-scale", ARG_CHOICE, "KIND", offsetof(opts, kv_scale), 0, 0, kv_scales,
      "scales of a quantized K/V: row, one per token and head (or\n"
      "per --kv-group channels) computed by sdpa_kv_write (default);\n"
@@ -338,7 +344,7 @@ static int set_option(opts *op, const option_spec *o, const char *arg) {
  * usage). */
 static int parse(int argc, char **argv, opts *op) {
     *op = (opts){.dim = {-1, -1, -1, -1, -1, -1, -1}, .dtype = -1, .kv_dtype = -1,
-                 .page_size = -1, .pages = -1, .kv_scale = -1, .kv_group = -1, .kv_scale_dtype = -1,
+                 .page_size = -1, .layout = -1, .pages = -1, .kv_scale = -1, .kv_group = -1, .kv_scale_dtype = -1,
                  .window = {-1, -1}, .repeat = 5};
     struct option longopts[NOPTIONS + 1];
     for (int i = 0; i < NOPTIONS; i++)
@@ -577,6 +583,10 @@ static int make_case(const opts *op, sc_case *c, const char **name, int64_t **kv
         c->page = op->page_size;
         changed = 1;
     }
+    if (op->layout >= 0) {
+        c->layout = op->layout;
+        changed = 1;
+    }
     if (op->pages >= 0) /* where the buffers live, not the shape: the name stays */
         c->guard = op->pages;
     if (op->kv_scale >= 0 || op->kv_group >= 0 || op->kv_scale_dtype >= 0) {
@@ -802,8 +812,9 @@ int main(int argc, char **argv) {
                (long long)s.Hkv, (long long)s.Tq, (long long)s.Tkv, (long long)s.Dk,
                (long long)s.Dv, s.causal ? "true" : "false",
                s.causal == SDPA_CAUSAL_TOP_LEFT ? "true" : "false", value_of(dtypes, s.dt[3]));
-        printf(",\"k_dtype\":\"%s\",\"v_dtype\":\"%s\",\"page_size\":%lld",
-               value_of(kv_dtypes, s.dt[1]), value_of(kv_dtypes, s.dt[2]), (long long)s.page);
+        printf(",\"k_dtype\":\"%s\",\"v_dtype\":\"%s\",\"page_size\":%lld,\"layout\":\"%s\"",
+               value_of(kv_dtypes, s.dt[1]), value_of(kv_dtypes, s.dt[2]), (long long)s.page,
+               s.layout == SC_BTHD ? "bthd" : s.layout == SC_PADDED ? "padded" : "bhtd");
         if (quantized(s.dt[1]) || quantized(s.dt[2]))
             printf(",\"kv_scale\":\"%s\",\"kv_group\":%lld,\"kv_scale_dtype\":\"%s\"",
                    value_of(kv_scales, s.qscale), (long long)s.qgroup,
