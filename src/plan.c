@@ -10,10 +10,11 @@
  *   - grouped (GQA with Tq <= GROUP_TQ_MAX, i.e. decode, speculative decoding, small
  *     chunked prefill): the g = Hq/Hkv heads sharing hk, row r = (i = r / g, h = hk g +
  *     r % g), so each K/V block is read once for all g heads;
- *   - head groups (hgroup: grouped decode over K/V kept tokens-major, heads_together):
- *     every query head of entry b, row r = head r, whose K/V head is r / g; each key
- *     block runs head after head (tile.c, heads_step), so a token's heads are read
- *     together, and the merge of its split-KV partials is cut by KV head.
+ *   - head groups (hgroup: grouped decode over K/V kept tokens-major, contiguous or
+ *     paged; heads_together): every query head of entry b, row r = head r, whose K/V
+ *     head is r / g; each key block runs head after head (tile.c, heads_step), so a
+ *     token's heads are read together, and the merge of its split-KV partials is cut
+ *     by KV head.
  * Row r of sequence b sees keys [lo_r, hi_r) (sdpa_row_range: length, causal, window)
  * minus those an explicit mask hides. The item's key range is the union [ulo, uhi).
  *
