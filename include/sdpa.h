@@ -286,12 +286,16 @@ typedef enum sdpa_isa {
 } sdpa_isa;
 
 /* Work counters of one call, filled when sdpa_desc.stats is non-NULL. A "block" is one
- * Br x Bc tile of query rows by key columns (Br, Bc: the kernel table's tile sizes). */
+ * Br x Bc tile of query rows by key columns (Br, Bc: the call's tile sizes, the kernel
+ * table's, except a smaller Bc for decode over K/V kept tokens-major, whose items hold
+ * every K/V head of a batch entry). */
 typedef struct sdpa_stats {
     sdpa_isa isa;             /* kernel table used (SDPA_ISA_AUTO for the reference) */
     int threads;              /* threads used (1 when run without a parallel region) */
     int block_q, block_kv;    /* Br and Bc */
-    int64_t work_items;       /* (b, h, query-block) items */
+    int64_t work_items;       /* items: (b, h, query block); (b, K/V head, row block)
+                                 for GQA calls of at most 16 query rows; b for decode
+                                 over K/V kept tokens-major */
     int64_t blocks_total;     /* all Br x Bc tiles of the score matrices */
     int64_t blocks_computed;  /* tiles computed (QK^T, softmax, PV) */
     int64_t blocks_skipped;   /* tiles skipped without touching memory (causal) */
