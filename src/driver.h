@@ -253,8 +253,11 @@ void sdpa_partial_of(float m, float l, float *o, float *out, int64_t D, float *l
 void sdpa_merge_row(int n, const void *const *parts, const sdpa_dtype *dts, const float *lses,
                     float sink, int zero_weight, int64_t D, void *dst, sdpa_dtype ot,
                     float *lse_out, float *coef);
+/* The rows [*r0, *r1) of an item (real and padding) that part `part` of its merge_parts
+ * merges (plan.c: an even share each, in row order). */
+void merge_band(const plan *pl, const rows *it, int part, int *r0, int *r1);
 /* Merge item t's split-KV partials into its output rows: the rows of part `part` of the
- * item's merge_parts (plan.c), each a finishing unit. */
+ * item's merge_parts (merge_band), each a finishing unit. */
 void merge_item(const plan *pl, const scratch *w, int64_t t, int part);
 /* Under packed varlen, the view rows no sequence owns: zeros and lse -inf. */
 void write_orphan_rows(const plan *pl);

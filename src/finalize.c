@@ -226,14 +226,20 @@ void finalize_item(const plan *pl, const rows *it, const scratch *w) {
     write_padding(pl, it, w, 0, it->m);
 }
 
+void merge_band(const plan *pl, const rows *it, int part, int *r0, int *r1) {
+    const int per = (it->m + pl->merge_parts - 1) / pl->merge_parts;
+    *r0 = part * per;
+    *r1 = *r0 + per < it->m ? *r0 + per : it->m;
+}
+
 void merge_item(const plan *pl, const scratch *w, int64_t t, int part) {
     rows it;
     item_rows(pl, w, t, &it);
     const size_t pf = partial_floats(pl), mr = (size_t)pl->mrows;
     const float *base = pl->part + (size_t)(t * pl->nchunks) * pf;
     const int nc = (int)pl->nchunks;
-    const int per = (it.m + pl->merge_parts - 1) / pl->merge_parts, r0 = part * per;
-    const int r1 = r0 + per < it.m ? r0 + per : it.m;
+    int r0, r1;
+    merge_band(pl, &it, part, &r0, &r1);
     for (int r = r0; r < r1 && r < it.mvalid; r++) {
         /* chunk c's partial of row r: its lse at base + c pf + r, its O row after the
          * lse of every row */

@@ -124,10 +124,10 @@ sdpa_status schedule_work(const plan *pl, double fixed, double *unit, double *fi
         if (pl->chunk && f < pl->items * pl->merge_parts) { /* merge_item's rows */
             rows it;
             item_rows(pl, &w, f / pl->merge_parts, &it);
-            const int per = (it.m + pl->merge_parts - 1) / pl->merge_parts;
-            const int r0 = (int)(f % pl->merge_parts) * per;
-            const int r1 = r0 + per < it.mvalid ? r0 + per : it.mvalid;
-            bytes = (double)(r1 > r0 ? r1 - r0 : 0) *
+            int r0, r1;
+            merge_band(pl, &it, (int)(f % pl->merge_parts), &r0, &r1);
+            const int real = (r1 < it.mvalid ? r1 : it.mvalid) - r0; /* rows it merges */
+            bytes = (double)(real > 0 ? real : 0) *
                     ((double)pl->nchunks * 4.0 * ((double)p->Dv + 1.0) + row_bytes);
         } else {
             bytes = (double)(p->Tq - p->cu_q[p->B]) * (double)p->Hq * row_bytes;
