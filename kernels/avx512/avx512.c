@@ -37,7 +37,8 @@
 /* An int8 V read unscaled (tiles.h, pv_factored) by a GQA group of 4 at Dv = 128 runs
  * in one chunk (PVQ_UNSC_WHOLE, pvq_4x8v_i8), as pv_4x8v does for the other storage. */
 enum { PV_CMAX = 4, PV_WIDE_CMAX = 8, PVQ_FEW_M = 4, PVQ_CMAX_FEW = 4, PVQ_CMAX = 3,
-       PVQ_UNSC_WHOLE = 1, PV_FEW_M = 4, PV_PF_WHOLE_ROWS = 0, QKR_MR = 8,
+       PVQ_UNSC_WHOLE = 1, PV_FEW_M = 4, PV_PF_WHOLE_ROWS = 0, PV_CHUNK_SPAN_BYTES = 0,
+       QKR_MR = 8,
        PV_WIDE_TILE_ROWS = 3 /* pv_3x8v, pv_3x7v */ };
 
 /* softmax's exp loop unrolled by Bc / VL = 64 / 16 vectors: one block row of scores. */

@@ -13,7 +13,8 @@
  * comes from the vector layer (the vector vf of VL floats, loads and stores with masked
  * tails, 16-bit widening, shuffles, the ISA steps of the exp). The including file
  * defines, before the #include, pv's chunking constants PV_CMAX, PV_WIDE_CMAX, PVQ_CMAX
- * (with PVQ_FEW_M, PVQ_CMAX_FEW and PVQ_UNSC_WHOLE) and PV_PF_WHOLE_ROWS, qk_rows' rows
+ * (with PVQ_FEW_M, PVQ_CMAX_FEW and PVQ_UNSC_WHOLE), PV_PF_WHOLE_ROWS and
+ * PV_CHUNK_SPAN_BYTES (0: decode's chunks one call each), qk_rows' rows
  * per pass QKR_MR and the
  * UNROLL_BC pragma, and after
  * it `pv_chunk` and `pvq_chunk`, its choice of pv and pvq register tile for each chunk
@@ -824,6 +825,10 @@ typedef struct {
     int fold;            /* e4m3 codes decoded without their 2^8, which the scales carry
                           * (e4m3_fold) */
     int unsc;            /* int8 codes taken unscaled, P scaled instead (pv_factored) */
+    int nchunk;          /* chunks of the tile's NV vectors the call runs, each VL NV
+                          * columns after the last (the last one lastw wide), ... */
+    int span;            /* ... span keys at a time: each span through every chunk and
+                          * row tile before the next (pv_row_tiles) */
 } pv_chunk_args;
 
 /* pv's register tile for a chunk of nv vectors of Dv: the including ISA file defines
@@ -1059,13 +1064,33 @@ ALWAYS_INLINE pv_chunk_args pv_span(const pv_chunk_args *a, int j0, int n) {
 
 static inline size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
 
-/* AT (rows at addresses, pv_at) is chosen per key, not compiled apart: an instance of
- * every tile for each doubled the x86 kernels' compile time (35 -> 53 s for avx512.c) to
- * save 2-6% of decode with K and V in cache and nothing from DRAM
- * (docs/PERFORMANCE.md, "Paged decode in one call"). */
+/* A tile call's chunks (a->nchunk) over its keys a->span at a time: each span of keys
+ * runs through every chunk and row tile before the next, so V's rows of a span, read
+ * from memory by the first chunk, are still in L1 for the others (PV_SPAN_BYTES,
+ * PV_CHUNK_SPAN_BYTES). One call runs them all: a call per span and chunk cost ~100
+ * cycles each, which doubled AVX2's pv time a key with V in L1 (docs/PERFORMANCE.md,
+ * "Decode over a tokens-major cache"). Every O column still adds its keys in order, one at a
+ * time, so the bits are those of one pass per chunk. At least one pass, so a call of
+ * no keys still rescales O. AT (rows at addresses, pv_at) is chosen per key, not
+ * compiled apart: an instance of every tile for each doubled the x86 kernels' compile
+ * time (35 -> 53 s for avx512.c) to save 2-6% of decode with K and V in cache and
+ * nothing from DRAM (docs/PERFORMANCE.md, "Paged decode in one call"). */
 ALWAYS_INLINE void pv_row_tiles(const int MR, const int NV, const int QUANT,
                                 const pv_chunk_args *a) {
-    pv_span_tiles(MR, NV, QUANT, !QUANT && a->vat, a);
+    const size_t cb = dt_bytes(a->dt, (size_t)(VL * NV));
+    int j0 = 0;
+    do {
+        pv_chunk_args s = pv_span(a, j0, min_int(a->span, a->n - j0));
+        for (int ch = 0; ch < a->nchunk; ch++) {
+            s.lastw = ch == a->nchunk - 1 ? a->lastw : VL;
+            pv_span_tiles(MR, NV, QUANT, !QUANT && a->vat, &s);
+            s.v = s.v ? s.v + cb : NULL;
+            s.o += VL * NV;
+            s.voff += cb;
+            s.pfrun = s.pfrun ? s.pfrun + cb : NULL;
+            s.pf = PV_PF_WHOLE_ROWS ? 0 : a->pf;
+        }
+    } while ((j0 += a->span) < a->n);
 }
 
 /* The pv register tiles, rows x vectors of O, each with its register budget (the
@@ -1138,8 +1163,7 @@ TILE void pvq_6x2v(const pv_chunk_args *a) { pv_row_tiles(6, 2, 1, a); }
  * PV_WIDE_TILE_ROWS, the rows of its fewest-row pv tile): half of a 32 KiB L1D (AMD
  * Zen 4, the project's smallest; CPUID leaf 0x80000005 ECX[31:24]), so a span read by
  * the first tile is still in L1 for the others beside Q, S and O (docs/PERFORMANCE.md,
- * "Paged decode in one call"). The split is pv_chunks', outside the tile functions,
- * whose accumulators it would otherwise crowd. */
+ * "Paged decode in one call"). */
 #define PV_SPAN_BYTES 16384
 
 /* Rows up to which pv works like decode (a GQA group of 8 heads): it prefetches V rows
@@ -1193,9 +1217,17 @@ ALWAYS_INLINE void pv_chunks(const int QUANT, int unsc, int m, int n, int dv, co
             sfold[c] = (f16 ? _cvtsh_ss(((const uint16_t *)qs->p)[g])
                             : ((const float *)qs->p)[g]) * KVQ_E4M3_RAW;
         }
+    /* decode's chunks, all of one width, in one call, PV_CHUNK_SPAN_BYTES of whole V
+     * rows a span (where the including ISA sets it: where its wide chunks are narrower
+     * than a row) */
+    const int run = !QUANT && PV_CHUNK_SPAN_BYTES > 0 && wide && pf > 0 && nchunk > 1 &&
+                            nvec % nchunk == 0
+                        ? nchunk
+                        : 1;
     int c0 = 0;
-    for (int ch = 0; ch < nchunk; ch++) {
+    for (int ch = 0; ch < nchunk; ch += run) {
         const int nv = nvec / nchunk + (ch < nvec % nchunk);
+        const size_t cb = dt_bytes(dt, (size_t)(VL * nv));
         /* field by field: an initializer would zero goff, which only pv_q reads, per
          * chunk (gcc emits rep stos for it, 4% of AVX2's f16 decode) */
         pv_chunk_args a;
@@ -1209,7 +1241,7 @@ ALWAYS_INLINE void pv_chunks(const int QUANT, int unsc, int m, int n, int dv, co
         a.o = o + VL * c0;
         a.ldo = ldo;
         a.dt = dt;
-        a.lastw = min_int(VL * nv, dv - VL * c0) - VL * (nv - 1);
+        a.lastw = min_int(VL * nv * run, dv - VL * c0) - VL * (nv * run - 1);
         a.pf = ch == 0 || !PV_PF_WHOLE_ROWS ? pf : 0;
         a.pfend = n + min_int(npf, ahead);
         a.pfrun = pfv ? (const char *)pfv + dt_bytes(dt, (size_t)(VL * c0)) : NULL;
@@ -1223,21 +1255,22 @@ ALWAYS_INLINE void pv_chunks(const int QUANT, int unsc, int m, int n, int dv, co
         a.f16 = f16 && !fold;
         a.fold = fold;
         a.unsc = unsc;
+        a.nchunk = run;
+        /* keys a pass: PV_CHUNK_SPAN_BYTES of rows where the chunks run together; where
+         * the rows take more than one tile (more than PV_WIDE_TILE_ROWS), PV_SPAN_BYTES
+         * of the chunk's columns; else (a quantized V always) all */
+        a.span = run > 1 ? (int)max_size(1, PV_CHUNK_SPAN_BYTES / rowb)
+                 : !QUANT && m > PV_WIDE_TILE_ROWS && (size_t)n * cb > PV_SPAN_BYTES
+                     ? (int)max_size(1, PV_SPAN_BYTES / cb)
+                     : n;
         if (QUANT) {
             for (int c = 0; c < nv; c++)
                 a.goff[c] = fold ? c : VL * (c0 + c) / group;
             pvq_chunk(nv, &a);
-        } else if (m <= PV_WIDE_TILE_ROWS || (size_t)n * dt_bytes(dt, (size_t)(VL * nv)) <=
-                                                  PV_SPAN_BYTES) {
+        } else {
             pv_chunk(nv, &a);
-        } else { /* every row tile a span of keys at a time: PV_SPAN_BYTES */
-            const int span = (int)max_size(1, PV_SPAN_BYTES / dt_bytes(dt, (size_t)(VL * nv)));
-            for (int j0 = 0; j0 < n; j0 += span) {
-                const pv_chunk_args sp = pv_span(&a, j0, min_int(span, n - j0));
-                pv_chunk(nv, &sp);
-            }
         }
-        c0 += nv;
+        c0 += nv * run;
     }
 }
 
