@@ -169,6 +169,25 @@ static const seed seeds[] = {
                                    {FZ_TQ, 2}, {FZ_TKV, 0x30}, {FZ_TKV_HI, 2}, END}, 79, {{0}}, 0},
     {"kv-wide-head-e5m2", {{FZ_CLASS, 3}, {FZ_TQ, 4}, {FZ_TKV, 40}, {FZ_DK, 0xff},
                            {FZ_DK_HI, 0x03}, {FZ_DV, 200}, {FZ_KV_DT, 0x1b}, {FZ_PAGE, 5}, END}, 80, {{0}}, 0},
+    /* decode whose K and V keep a token's heads together (tokens-major views, one-token
+     * pages, [page, Hkv, D] pages): one item an entry holding every query head
+     * (src/plan.c heads_together) */
+    {"decode-heads-together-bthd", {{FZ_CLASS, 2}, {FZ_HKV, 1}, {FZ_GROUP, 3}, {FZ_TQ, 0},
+                                    {FZ_TKV, 0x2c}, {FZ_TKV_HI, 0x01}, {FZ_LAYOUT, ALL(1)},
+                                    {FZ_THREADS, 2}, END}, 81, {{0}}, 0},
+    {"decode-heads-together-split-f16-lens", {{FZ_CLASS, 2}, {FZ_B, 1}, {FZ_HKV, 1}, {FZ_GROUP, 2},
+                                              {FZ_TQ, 0}, {FZ_TKV, 0x90}, {FZ_TKV_HI, 0x08},
+                                              {FZ_LAYOUT, 0x14}, {FZ_DTYPE, 0x14}, {FZ_LENS, 2},
+                                              {FZ_CAUSAL, 1}, END}, 82, {{0}}, 0},
+    {"decode-heads-together-page1", {{FZ_PAGE, 1}, {FZ_CLASS, 2}, {FZ_HKV, 1}, {FZ_GROUP, 3},
+                                     {FZ_TQ, 0}, {FZ_TKV, 0xf0}, {FZ_DK, 31}, {FZ_DV, 15}, END}, 83, {{0}}, 0},
+    {"decode-heads-together-pages16-mask", {{FZ_PAGE, 6}, {FZ_LAYOUT, ALL(1)}, {FZ_MASK, 0x02},
+                                            {FZ_MASK_HIDDEN, 1}, {FZ_CLASS, 2}, {FZ_HKV, 1},
+                                            {FZ_GROUP, 7}, {FZ_TQ, 0}, {FZ_TKV, 0x10},
+                                            {FZ_TKV_HI, 0x02}, END}, 84, {{0}}, 0},
+    {"decode-heads-together-nan-key", {{FZ_DATA, 2}, {FZ_LAYOUT, ALL(1)}, {FZ_CLASS, 2},
+                                       {FZ_HKV, 1}, {FZ_GROUP, 3}, {FZ_TQ, 0}, {FZ_TKV, 0x80},
+                                       END}, 85, {{1, 44, 1, 0}}, 1},
 };
 
 static void write_input(const char *dir, const char *name, const uint8_t *h, uint64_t data_seed,
