@@ -19,13 +19,13 @@
  * (decode) the first chunk's first tile prefetches whole V rows ahead, so the chunks
  * after it, which read the same rows a line at a time, hit cache. */
 /* Decode's chunks (Dv = 128: 8 chunks of 2 vectors, each reading one 64-byte line of
- * every row) run span by span in one tile call, PV_CHUNK_SPAN_BYTES = 8 KiB of whole V
- * rows a span (16 keys at fp32, Dv = 128), so the chunks after the first find the span
- * in L1, where chunk after chunk over a 64-key block found it in L2 at best. The span
- * stays below the whole-row prefetch distance (SDPA_PREFETCH_AHEAD, 8 KiB), so the
- * first chunk prefetches the next span's rows, not its own. Measured on AMD Zen 4
- * (docs/PERFORMANCE.md, "AVX2's decode chunks span by span"): 16 KiB spans ran decode
- * from DRAM slower, 4 KiB faster but cost a fifth more with V in cache. */
+ * every row) run span by span in one tile call (pv_6x2v_spans), PV_CHUNK_SPAN_BYTES =
+ * 4 KiB of whole V rows a span (8 keys at fp32, Dv = 128), so the chunks after the
+ * first find the span in L1, where chunk after chunk over a 64-key block found it in L2
+ * at best. The span stays below the whole-row prefetch distance (SDPA_PREFETCH_AHEAD,
+ * 8 KiB), so the first chunk prefetches later spans' rows, not its own. Measured on AMD
+ * Zen 4 (docs/PERFORMANCE.md, "AVX2's decode chunks span by span"): 8 and 16 KiB spans
+ * read V from DRAM slower, 2 KiB and less cost more a key in cache. */
 /* qk_rows runs in passes of QKR_MR = 4 rows (qkr_4rows, the rest by qkr_1row ..
  * qkr_3rows): its 8 accumulators, the K and Q slices and the tree's vectors fit 16
  * registers. */
@@ -33,7 +33,7 @@
  * the row count. pv_6x2v holds a GQA group of up to 6 rows in one tile. */
 enum { PV_CMAX = 2, PV_WIDE_CMAX = 2, PVQ_FEW_M = 0, PVQ_CMAX_FEW = 2, PVQ_CMAX = 2,
        PVQ_UNSC_WHOLE = 0 /* 16 registers: no 32-accumulator tile */,
-       PV_PF_WHOLE_ROWS = 1, PV_CHUNK_SPAN_BYTES = 8192, QKR_MR = 4,
+       PV_PF_WHOLE_ROWS = 1, PV_CHUNK_SPAN_BYTES = 4096, QKR_MR = 4,
        PV_WIDE_TILE_ROWS = 6 /* pv_6x2v */ };
 
 /* softmax's exp loop unrolled by Bc / VL = 64 / 8 vectors: one block row of scores. */
@@ -44,6 +44,8 @@ enum { PV_CMAX = 2, PV_WIDE_CMAX = 2, PVQ_FEW_M = 0, PVQ_CMAX_FEW = 2, PVQ_CMAX 
 static void pv_chunk(int nv, const pv_chunk_args *a) {
     if (nv == 1) /* a lone 8-wide chunk: Dv <= 8 or the last of an odd count */
         pv_12x1v(a);
+    else if (pv_nest_fits(a, 6)) /* decode's chunks together: PV_CHUNK_SPAN_BYTES */
+        pv_6x2v_spans(a);
     else
         pv_6x2v(a);
 }
