@@ -1096,9 +1096,9 @@ ALWAYS_INLINE void pv_row_tiles(const int MR, const int NV, const int QUANT,
 /* pv_row_tiles' spans and chunks for the case decode runs (one row tile of MR rows, no
  * Dv tail, rows at one stride, no paged run): the same keys in the same order, in one
  * loop nest with no per-span dispatch, so a span and chunk costs its accumulators'
- * loads and stores and little else (the switches and argument copies of the general
- * loop took ~35 cycles a span and chunk; docs/PERFORMANCE.md, "AVX2's decode chunks
- * span by span"). Only the first chunk prefetches, whole rows ahead where the ISA
+ * loads and stores and little else (through the general loop's switches and argument
+ * copies, AVX2's 4 KiB spans cost 65 cycles a key in L1, here 47; docs/PERFORMANCE.md,
+ * "AVX2's decode chunks span by span"). Only the first chunk prefetches, whole rows ahead where the ISA
  * sets PV_PF_WHOLE_ROWS (AVX2, the one ISA whose pv_chunk calls it), so the other
  * chunks find them in cache. */
 ALWAYS_INLINE void pv_span_nest(const int MR, const int NV, const sdpa_dtype dt,
