@@ -1069,9 +1069,9 @@ static inline size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
  * from memory by the first chunk, are still in L1 for the others (PV_SPAN_BYTES,
  * PV_CHUNK_SPAN_BYTES). One call runs them all: a call per span and chunk cost ~100
  * cycles each, which doubled AVX2's pv time a key with V in L1 (docs/PERFORMANCE.md,
- * "Decode over a tokens-major cache"). Every O column still adds its keys in order, one at a
- * time, so the bits are those of one pass per chunk. At least one pass, so a call of
- * no keys still rescales O. AT (rows at addresses, pv_at) is chosen per key, not
+ * "Decode over a tokens-major cache"). Every O column still adds its keys in order,
+ * one at a time, so the bits are those of one pass per chunk. At least one pass, so a
+ * call of no keys still rescales O. AT (rows at addresses, pv_at) is chosen per key, not
  * compiled apart: an instance of every tile for each doubled the x86 kernels' compile
  * time (35 -> 53 s for avx512.c) to save 2-6% of decode with K and V in cache and
  * nothing from DRAM (docs/PERFORMANCE.md, "Paged decode in one call"). */
@@ -1098,9 +1098,9 @@ ALWAYS_INLINE void pv_row_tiles(const int MR, const int NV, const int QUANT,
  * loop nest with no per-span dispatch, so a span and chunk costs its accumulators'
  * loads and stores and little else (through the general loop's switches and argument
  * copies, AVX2's 4 KiB spans cost 65 cycles a key in L1, here 47; docs/PERFORMANCE.md,
- * "AVX2's decode chunks span by span"). Only the first chunk prefetches, whole rows ahead where the ISA
- * sets PV_PF_WHOLE_ROWS (AVX2, the one ISA whose pv_chunk calls it), so the other
- * chunks find them in cache. */
+ * "AVX2's decode chunks span by span"). Only the first chunk prefetches, whole rows
+ * ahead where the ISA sets PV_PF_WHOLE_ROWS (AVX2, the one ISA whose pv_chunk calls
+ * it), so the other chunks find them in cache. */
 ALWAYS_INLINE void pv_span_nest(const int MR, const int NV, const sdpa_dtype dt,
                                 const pv_chunk_args *a) {
     const int n = a->n, ldp = a->ldp, ldo = a->ldo, pf = a->pf;
