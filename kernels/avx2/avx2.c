@@ -44,7 +44,7 @@ enum { PV_CMAX = 2, PV_WIDE_CMAX = 2, PVQ_FEW_M = 0, PVQ_CMAX_FEW = 2, PVQ_CMAX 
 static void pv_chunk(int nv, const pv_chunk_args *a) {
     if (nv == 1) /* a lone 8-wide chunk: Dv <= 8 or the last of an odd count */
         pv_12x1v(a);
-    else if (pv_nest_fits(a, 6)) /* decode's chunks together: PV_CHUNK_SPAN_BYTES */
+    else if (pv_nest_fits(a, 8)) /* decode's chunks together: PV_CHUNK_SPAN_BYTES */
         pv_6x2v_spans(a);
     else
         pv_6x2v(a);

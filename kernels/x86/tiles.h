@@ -1093,61 +1093,72 @@ ALWAYS_INLINE void pv_row_tiles(const int MR, const int NV, const int QUANT,
     } while ((j0 += a->span) < a->n);
 }
 
-/* pv_row_tiles' spans and chunks for the case decode runs (one row tile of MR rows, no
- * Dv tail, rows at one stride, no paged run): the same keys in the same order, in one
- * loop nest with no per-span dispatch, so a span and chunk costs its accumulators'
- * loads and stores and little else (through the general loop's switches and argument
- * copies, AVX2's 4 KiB spans cost 65 cycles a key in L1, here 47; docs/PERFORMANCE.md,
- * "AVX2's decode chunks span by span"). Only the first chunk prefetches, whole rows
- * ahead where the ISA sets PV_PF_WHOLE_ROWS (AVX2, the one ISA whose pv_chunk calls
- * it), so the other chunks find them in cache. */
-ALWAYS_INLINE void pv_span_nest(const int MR, const int NV, const sdpa_dtype dt,
+/* pv_row_tiles' spans and chunks for the case decode runs (one or two row tiles, no Dv
+ * tail, rows at one stride, no paged run): the same keys in the same order, in one loop
+ * nest with no per-span dispatch, so a span and chunk costs its accumulators' loads and
+ * stores and little else (through the general loop's switches and argument copies,
+ * AVX2's 4 KiB spans cost 65 cycles a key in L1, here 47; docs/PERFORMANCE.md, "AVX2's
+ * decode chunks span by span"). Only the first chunk's first tile prefetches, whole
+ * rows ahead where the ISA sets PV_PF_WHOLE_ROWS (AVX2, the one ISA whose pv_chunk
+ * calls it), so the other chunks and tiles find them in cache. pv_nest_tile is one
+ * tile's rows [r0, r0 + MR) over keys [j0, j1) of chunk ch. */
+ALWAYS_INLINE void pv_nest_tile(const int MR, const int NV, const sdpa_dtype dt,
+                                const pv_chunk_args *a, int r0, int j0, int j1, int ch) {
+    const int ldp = a->ldp, ldo = a->ldo, pf = r0 == 0 && ch == 0 ? a->pf : 0;
+    const size_t ldvb = a->ldvb;
+    const char *v = a->v + (size_t)ch * dt_bytes(dt, (size_t)(VL * NV));
+    const float *p = a->p + (size_t)r0 * (size_t)ldp;
+    float *o = a->o + (size_t)r0 * (size_t)ldo + VL * NV * ch;
+    vf acc[32];
+    UNROLL_FULL
+    for (int k = 0; k < MR * NV; k++) {
+        acc[k] = v_loadu(o + (size_t)(k / NV) * (size_t)ldo + VL * (k % NV));
+        if (j0 == 0 && a->alpha)
+            acc[k] = acc[k] * v_set1(a->alpha[r0 + k / NV]);
+    }
+    if (pf > 0) {
+        for (int j = j0; j < j1; j++) {
+            if (j + pf < a->pfend)
+                pv_prefetch(NV, dt, a, v + (size_t)(j + pf) * ldvb, sdpa_prefetch_l1);
+            pv_key(MR, NV, 1, dt, 0, 0, a, v + (size_t)j * ldvb, NULL, p, ldp, j, v_full(),
+                   acc);
+        }
+    } else {
+        for (int j = j0; j < j1; j++)
+            pv_key(MR, NV, 1, dt, 0, 0, a, v + (size_t)j * ldvb, NULL, p, ldp, j, v_full(),
+                   acc);
+    }
+    UNROLL_FULL
+    for (int k = 0; k < MR * NV; k++)
+        v_storeu(o + (size_t)(k / NV) * (size_t)ldo + VL * (k % NV), acc[k]);
+}
+
+/* pv_nest_tile over spans, chunks and up to two row tiles: MR rows, then MR2 (0: none). */
+ALWAYS_INLINE void pv_span_nest(const int MR, const int MR2, const int NV, const sdpa_dtype dt,
                                 const pv_chunk_args *a) {
-    const int n = a->n, ldp = a->ldp, ldo = a->ldo, pf = a->pf;
-    const size_t ldvb = a->ldvb, cb = dt_bytes(dt, (size_t)(VL * NV));
     int j0 = 0;
     do {
-        const int j1 = min_int(j0 + a->span, n);
+        const int j1 = min_int(j0 + a->span, a->n);
         for (int ch = 0; ch < a->nchunk; ch++) {
-            const char *v = a->v + (size_t)ch * cb;
-            float *o = a->o + VL * NV * ch;
-            vf acc[32];
-            UNROLL_FULL
-            for (int k = 0; k < MR * NV; k++) {
-                acc[k] = v_loadu(o + (size_t)(k / NV) * (size_t)ldo + VL * (k % NV));
-                if (j0 == 0 && a->alpha)
-                    acc[k] = acc[k] * v_set1(a->alpha[k / NV]);
-            }
-            if (ch == 0 && pf > 0) {
-                for (int j = j0; j < j1; j++) {
-                    if (j + pf < a->pfend)
-                        pv_prefetch(NV, dt, a, v + (size_t)(j + pf) * ldvb, sdpa_prefetch_l1);
-                    pv_key(MR, NV, 1, dt, 0, 0, a, v + (size_t)j * ldvb, NULL, a->p, ldp, j,
-                           v_full(), acc);
-                }
-            } else {
-                for (int j = j0; j < j1; j++)
-                    pv_key(MR, NV, 1, dt, 0, 0, a, v + (size_t)j * ldvb, NULL, a->p, ldp, j,
-                           v_full(), acc);
-            }
-            UNROLL_FULL
-            for (int k = 0; k < MR * NV; k++)
-                v_storeu(o + (size_t)(k / NV) * (size_t)ldo + VL * (k % NV), acc[k]);
+            pv_nest_tile(MR, NV, dt, a, 0, j0, j1, ch);
+            if (MR2)
+                pv_nest_tile(MR2 ? MR2 : 1, NV, dt, a, MR, j0, j1, ch);
         }
-    } while ((j0 += a->span) < n);
+    } while ((j0 += a->span) < a->n);
 }
 
 /* pv_span_nest with the storage type as a constant. */
-ALWAYS_INLINE void pv_span_nest_dt(const int MR, const int NV, const pv_chunk_args *a) {
+ALWAYS_INLINE void pv_span_nest_dt(const int MR, const int MR2, const int NV,
+                                   const pv_chunk_args *a) {
     switch (a->dt) {
-    case SDPA_F16: pv_span_nest(MR, NV, SDPA_F16, a); return;
-    case SDPA_BF16: pv_span_nest(MR, NV, SDPA_BF16, a); return;
-    default: /* SDPA_F32 */ pv_span_nest(MR, NV, SDPA_F32, a); return;
+    case SDPA_F16: pv_span_nest(MR, MR2, NV, SDPA_F16, a); return;
+    case SDPA_BF16: pv_span_nest(MR, MR2, NV, SDPA_BF16, a); return;
+    default: /* SDPA_F32 */ pv_span_nest(MR, MR2, NV, SDPA_F32, a); return;
     }
 }
 
-/* Whether pv_span_nest can run a call of chunks (pv_chunk asks): one tile of at most
- * mr rows, no Dv tail, rows at one stride, no paged run. */
+/* Whether pv_span_nest can run a call of chunks (pv_chunk asks): at most mr rows, no
+ * Dv tail, rows at one stride, no paged run. */
 static inline int pv_nest_fits(const pv_chunk_args *a, int mr) {
     return a->nchunk > 1 && a->m <= mr && a->lastw == VL && !a->vat && !a->pfrun;
 }
@@ -1160,15 +1171,20 @@ static inline int pv_nest_fits(const pv_chunk_args *a, int mr) {
 TILE void pv_12x1v(const pv_chunk_args *a) { pv_row_tiles(12, 1, 0, a); }
 /* 6 x 2 = 12 + 2 + 1 = 15 of 16: AVX2's tile (8 loads per 12 FMAs). */
 TILE void pv_6x2v(const pv_chunk_args *a) { pv_row_tiles(6, 2, 0, a); }
-/* pv_6x2v's registers over decode's chunks span by span (pv_span_nest), up to 6 rows. */
+/* pv_6x2v's registers over decode's chunks span by span (pv_span_nest): up to 6 rows
+ * in one tile, 7 or 8 (a GQA group of 8) in a tile of 6 and one of the rest. */
 TILE void pv_6x2v_spans(const pv_chunk_args *a) {
     switch (a->m) {
-    case 1: pv_span_nest_dt(1, 2, a); return;
-    case 2: pv_span_nest_dt(2, 2, a); return;
-    case 3: pv_span_nest_dt(3, 2, a); return;
-    case 4: pv_span_nest_dt(4, 2, a); return;
-    case 5: pv_span_nest_dt(5, 2, a); return;
-    default: /* pv_nest_fits: 1..6 rows */ pv_span_nest_dt(6, 2, a); return;
+    case 1: pv_span_nest_dt(1, 0, 2, a); return;
+    case 2: pv_span_nest_dt(2, 0, 2, a); return;
+    case 3: pv_span_nest_dt(3, 0, 2, a); return;
+    case 4: pv_span_nest_dt(4, 0, 2, a); return;
+    case 5: pv_span_nest_dt(5, 0, 2, a); return;
+    case 6: pv_span_nest_dt(6, 0, 2, a); return;
+    case 7: pv_span_nest_dt(6, 1, 2, a); return;
+    default: /* pv_nest_fits: 8 rows, a GQA group of 8 (PV_WIDE_M) */
+        pv_span_nest_dt(6, 2, 2, a);
+        return;
     }
 }
 /* 12 x 2 = 24 + 2 + 1, of 32. */
