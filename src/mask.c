@@ -176,7 +176,11 @@ void dropout_block(const plan *pl, const rows *it, const scratch *w, int ra, int
  * (docs/PERFORMANCE.md, "The causal diagonal in one call per row group"). */
 typedef uint32_t vf_u32x4 __attribute__((vector_size(16)));
 int v_block_finite(const char *v, int64_t ldv, sdpa_dtype dt, int n, int dv) {
-    const size_t rowb = (size_t)dv * sdpa_dtype_size(dt);
+    size_t rowb = (size_t)dv * sdpa_dtype_size(dt);
+    if ((size_t)ldv * sdpa_dtype_size(dt) == rowb) { /* rows back to back: one run */
+        rowb *= (size_t)n;
+        n = 1;
+    }
     const uint32_t ex = dt == SDPA_F32 ? 0x7f800000u : dt == SDPA_F16 ? 0x7c007c00u : 0x7f807f80u;
     const uint32_t one = dt == SDPA_F32 ? 0x00800000u : dt == SDPA_F16 ? 0x04000400u : 0x00800080u;
     const uint32_t sign = dt == SDPA_F32 ? 0x80000000u : 0x80008000u;
@@ -191,10 +195,16 @@ int v_block_finite(const char *v, int64_t ldv, sdpa_dtype dt, int n, int dv) {
             acc0 |= (x & ex) + one;
             acc1 |= (y & ex) + one;
         }
-        for (; b < rowb; b += 16) { /* the tail, zero-filled: a zero element is finite */
-            vf_u32x4 x = {0, 0, 0, 0};
-            memcpy(&x, row + b, rowb - b < 16 ? rowb - b : 16);
+        if (b + 16 <= rowb) {
+            vf_u32x4 x;
+            memcpy(&x, row + b, sizeof x);
             acc0 |= (x & ex) + one;
+            b += 16;
+        }
+        if (b < rowb) { /* the tail, zero-filled: a zero element is finite */
+            vf_u32x4 x = {0, 0, 0, 0};
+            memcpy(&x, row + b, rowb - b);
+            acc1 |= (x & ex) + one;
         }
     }
     acc0 |= acc1;

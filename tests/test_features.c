@@ -290,6 +290,7 @@ static void fully_masked_rows(void) {
  * same block: the output stays finite (masking is exact, 0 * NaN never happens). */
 typedef struct poison {
     int64_t key;
+    int last_only; /* 1: the row's last element (inf) alone, not its first (NaN) */
 } poison;
 
 static void fill_poison(sc_tensors *t, const sc_case *c, void *ctx) {
@@ -299,12 +300,14 @@ static void fill_poison(sc_tensors *t, const sc_case *c, void *ctx) {
             const sdpa_tensor r = sc_view_at(&t->v, b, h, ps->key);
             if (r.dtype == SDPA_F32) {
                 float *v = r.data;
-                v[0] = NAN;
+                if (!ps->last_only)
+                    v[0] = NAN;
                 v[c->Dv - 1] = INFINITY;
             } else { /* binary16 or bfloat16: a quiet NaN and +inf */
                 uint16_t *v = r.data;
                 const int f16 = r.dtype == SDPA_F16;
-                v[0] = f16 ? 0x7e00u : 0x7fc0u;
+                if (!ps->last_only)
+                    v[0] = f16 ? 0x7e00u : 0x7fc0u;
                 v[c->Dv - 1] = f16 ? 0x7c00u : 0x7f80u;
             }
         }
@@ -323,14 +326,14 @@ static void hidden_values(void) {
     {
         sc_case c = {.B = 1, .Hq = 2, .Hkv = 1, .Tq = 40, .Tkv = 90, .Dk = 16, .Dv = 16,
                      .mask = SDPA_MASK_BOOL, .mask_hidden = 0.1f, .seed = 8};
-        poison ps = {70};
+        poison ps = {70, 0};
         th_run_case_with(&c, "non-finite V behind a boolean mask", fill_poison, &ps, NULL);
     }
     /* beyond kv_lens (never read), beyond the window, above the causal diagonal */
     {
         sc_case c = {.B = 3, .Hq = 2, .Hkv = 1, .Tq = 30, .Tkv = 90, .Dk = 16, .Dv = 16,
                      .lens = SC_LENS_KV, .seed = 9};
-        poison ps = {89};
+        poison ps = {89, 0};
         th_run_case_with(&c, "non-finite V beyond kv_lens", fill_poison, &ps, NULL);
         c.lens = 0;
         c.window = 1;
@@ -343,18 +346,27 @@ static void hidden_values(void) {
      * keys): those rows stay finite, the later ones carry the NaN and inf (the
      * reference's positions); V as fp32, f16 with an odd Dv and bf16, so the check of a
      * block's V for non-finite elements meets whole vectors, a tail and both 16-bit
-     * encodings */
+     * encodings; its rows back to back (one run) and with gaps between them (row by
+     * row, each with its tail), poisoned at the first and last element or at the last
+     * alone (row by row: f16 Dv 9's in a tail of 2 bytes, bf16 Dv 40's in the 16 bytes
+     * after the 64 of two vectors) */
     {
         static const sdpa_dtype vdt[] = {SDPA_F32, SDPA_F16, SDPA_BF16};
         static const int64_t dv[] = {16, 9, 40};
-        for (int k = 0; k < 3; k++) {
-            sc_case c = {.B = 1, .Hq = 2, .Hkv = 1, .Tq = 130, .Tkv = 130, .Dk = 16,
-                         .Dv = dv[k], .causal = 1, .seed = 11 + (uint64_t)k};
-            c.dt[1] = c.dt[2] = vdt[k];
-            poison ps = {70}; /* block 64..127: rows 64..69 see keys 64.. before it */
-            th_run_case_with(&c, "non-finite V above the causal diagonal", fill_poison, &ps,
-                             NULL);
-        }
+        static const int layouts[] = {SC_BHTD, SC_PADDED};
+        for (int l = 0; l < 2; l++)
+            for (int k = 0; k < 3; k++) {
+                sc_case c = {.B = 1, .Hq = 2, .Hkv = 1, .Tq = 130, .Tkv = 130, .Dk = 16,
+                             .Dv = dv[k], .causal = 1, .layout = layouts[l],
+                             .seed = 11 + (uint64_t)k};
+                c.dt[1] = c.dt[2] = vdt[k];
+                /* block 64..127: rows 64..69 see keys 64.. before it */
+                for (int last = 0; last < 2; last++) {
+                    poison ps = {70, last};
+                    th_run_case_with(&c, "non-finite V above the causal diagonal",
+                                     fill_poison, &ps, NULL);
+                }
+            }
     }
 }
 
