@@ -47,26 +47,34 @@ static double code_value(const char *row, int64_t d, sdpa_dtype t) {
     return sign * ldexp((double)(m + (1 << mbits)), e - bias - mbits);
 }
 
-/* Row j of K (which 0) or V (1) of sequence s of entry b, head hk, as fp32 values:
- * widened, or dequantized as fl(value * scale) (sdpa.h), into out[0 .. D). */
-static void kv_row(const sdpa_problem *p, int which, int64_t b, int64_t hk, const sdpa_seq *s,
-                   int64_t j, float *sc, float *out) {
+/* Row j of K (which 0) or V (1) of sequence s of entry b, head hk, stored as t at row,
+ * as fp32 values: widened, or dequantized as fl(value * scale) (sdpa.h), into
+ * out[0 .. D); out returned. */
+static const float *kv_row_widen(const sdpa_problem *p, int which, int64_t b, int64_t hk,
+                                 const sdpa_seq *s, int64_t j, const char *row, float *sc,
+                                 float *out) {
     const sdpa_dtype t = which ? p->vt : p->kt;
     const int64_t D = which ? p->Dv : p->Dk;
-    const char *row = sdpa_kv_row(p, which, b, hk, s->kv0, j);
-    if (t == SDPA_F32) {
-        memcpy(out, row, (size_t)D * sizeof(float));
-        return;
-    }
     if (!sdpa_dtype_quantized(t)) {
         for (int64_t d = 0; d < D; d++)
             out[d] = sdpa_load_as_f32(row, d, t);
-        return;
+        return out;
     }
     const int64_t group = (which ? &p->vsc : &p->ksc)->group;
     sdpa_kv_row_scales(p, which, b, hk, s->kv0, j, sc);
     for (int64_t d = 0; d < D; d++)
         out[d] = (float)code_value(row, d, t) * sc[d / group];
+    return out;
+}
+
+/* That row as fp32 values: the stored row itself when it is fp32 (inline, so a call of
+ * small heads does not pay a call per key), else kv_row_widen's. */
+static inline const float *kv_row(const sdpa_problem *p, int which, int64_t b, int64_t hk,
+                                  const sdpa_seq *s, int64_t j, float *sc, float *out) {
+    const char *row = sdpa_kv_row(p, which, b, hk, s->kv0, j);
+    if ((which ? p->vt : p->kt) == SDPA_F32)
+        return (const float *)(const void *)row;
+    return kv_row_widen(p, which, b, hk, s, j, row, sc, out);
 }
 
 /* Row `row` of head h of batch entry b of a view, as bytes. */
@@ -119,22 +127,19 @@ sdpa_status sdpa_reference(const sdpa_desc *desc, const sdpa_tensor *q, const sd
     if (st != SDPA_OK)
         return st;
 
-    double *score = sdpa_alloc((size_t)p.Tkv * sizeof(double));
-    char *keep = sdpa_alloc((size_t)p.Tkv);
-    double *acc = sdpa_alloc((size_t)p.Dv * sizeof(double));
-    double *qd = sdpa_alloc((size_t)p.Dk * sizeof(double)); /* the query row's operands */
-    /* one K or V row as fp32 values, and its scales */
+    /* One allocation holds the row's scores, its output accumulator and query operands
+     * (doubles), one K or V row as fp32 values and its scales, and the keep flags.
+     * Tkv, Dk, Dv <= 2^40 (validated), so the sum cannot overflow. */
     const size_t dmax = (size_t)(p.Dk > p.Dv ? p.Dk : p.Dv);
-    float *kvr = sdpa_alloc(2 * dmax * sizeof(float));
-    if (!score || !keep || !acc || !qd || !kvr) {
-        sdpa_free(score);
-        sdpa_free(keep);
-        sdpa_free(acc);
-        sdpa_free(qd);
-        sdpa_free(kvr);
+    const size_t ndouble = (size_t)p.Tkv + (size_t)p.Dv + (size_t)p.Dk;
+    const size_t scratch = ndouble * sizeof(double) + 2 * dmax * sizeof(float) + (size_t)p.Tkv;
+    double *const score = sdpa_alloc(scratch);
+    if (!score)
         return SDPA_ERR_OUT_OF_MEMORY;
-    }
-    float *const row = kvr, *const rsc = kvr + dmax;
+    double *const acc = score + p.Tkv;
+    double *const qd = acc + p.Dv; /* the query row's operands */
+    float *const row = (float *)(score + ndouble), *const rsc = row + dmax;
+    char *const keep = (char *)(rsc + dmax);
 
     /* loop invariants the compiler cannot prove (p's fields could alias acc's stores) */
     const int bf16 = p.compute == SDPA_COMPUTE_BF16;
@@ -182,8 +187,7 @@ sdpa_status sdpa_reference(const sdpa_desc *desc, const sdpa_tensor *q, const sd
                     keep[j] = (char)mask_keeps(&p, b, h, i, j, &add);
                     if (!keep[j])
                         continue;
-                    kv_row(&p, 0, b, hk, &s, j, rsc, row);
-                    const char *kj = (const char *)row;
+                    const char *kj = (const char *)kv_row(&p, 0, b, hk, &s, j, rsc, row);
                     double dot = 0.0;
                     if (bf16) /* two loops: the fp32 one stays as fast as it was */
                         for (int64_t d = 0; d < p.Dk; d++)
@@ -239,8 +243,7 @@ sdpa_status sdpa_reference(const sdpa_desc *desc, const sdpa_tensor *q, const sd
                      * kernels round P at their running max, this at the final one) */
                     if (p.compute == SDPA_COMPUTE_BF16)
                         wj = (double)sdpa_bf16_to_f32(sdpa_f32_to_bf16((float)wj));
-                    kv_row(&p, 1, b, hk, &s, j, rsc, row);
-                    const char *vj = (const char *)row;
+                    const char *vj = (const char *)kv_row(&p, 1, b, hk, &s, j, rsc, row);
                     if (bf16)
                         for (int64_t d = 0; d < p.Dv; d++)
                             acc[d] += wj * operand(vj, d, SDPA_F32, 1);
@@ -255,15 +258,9 @@ sdpa_status sdpa_reference(const sdpa_desc *desc, const sdpa_tensor *q, const sd
             }
 
     sdpa_free(score);
-    sdpa_free(keep);
-    sdpa_free(acc);
-    sdpa_free(qd);
-    sdpa_free(kvr);
     if (desc->stats) {
         const sdpa_stats none = {.isa = SDPA_ISA_AUTO, .threads = 1,
-                                 .scratch_bytes = (int64_t)((size_t)p.Tkv * (sizeof(double) + 1) +
-                                                            (size_t)p.Dv * sizeof(double) +
-                                                            2 * dmax * sizeof(float))};
+                                 .scratch_bytes = (int64_t)scratch};
         *desc->stats = none;
     }
     return SDPA_OK;
