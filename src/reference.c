@@ -127,18 +127,23 @@ sdpa_status sdpa_reference(const sdpa_desc *desc, const sdpa_tensor *q, const sd
     if (st != SDPA_OK)
         return st;
 
-    /* One allocation holds the row's scores, its output accumulator and query operands
-     * (doubles), one K or V row as fp32 values and its scales, and the keep flags.
-     * Tkv, Dk, Dv <= 2^40 (validated), so the sum cannot overflow. */
+    /* One allocation holds the row's output accumulator and query operands, its scores
+     * (doubles), one K or V row as fp32 values and its scales, and the keep flags. The
+     * scores start half a 4 KiB page past the accumulator's offset in a page: at the same
+     * offset (the accumulator after Tkv scores, Tkv a multiple of 512) loads of the one
+     * and stores of the other falsely wait on each other (4K aliasing), and the reference
+     * ran 5-15% slower on AMD Zen 4 (docs/PERFORMANCE.md, "The seed row's per-call
+     * costs"). Tkv <= 2^40 and Dk, Dv <= 2^16 (validated): the sum cannot overflow. */
     const size_t dmax = (size_t)(p.Dk > p.Dv ? p.Dk : p.Dv);
-    const size_t ndouble = (size_t)p.Tkv + (size_t)p.Dv + (size_t)p.Dk;
-    const size_t scratch = ndouble * sizeof(double) + 2 * dmax * sizeof(float) + (size_t)p.Tkv;
-    double *const score = sdpa_alloc(scratch);
-    if (!score)
+    const size_t head = ((size_t)(p.Dv + p.Dk) * sizeof(double) + 4095) / 4096 * 4096 + 2048;
+    const size_t scratch =
+        head + (size_t)p.Tkv * sizeof(double) + 2 * dmax * sizeof(float) + (size_t)p.Tkv;
+    double *const acc = sdpa_alloc(scratch);
+    if (!acc)
         return SDPA_ERR_OUT_OF_MEMORY;
-    double *const acc = score + p.Tkv;
     double *const qd = acc + p.Dv; /* the query row's operands */
-    float *const row = (float *)(score + ndouble), *const rsc = row + dmax;
+    double *const score = (double *)(void *)((char *)acc + head);
+    float *const row = (float *)(score + p.Tkv), *const rsc = row + dmax;
     char *const keep = (char *)(rsc + dmax);
 
     /* loop invariants the compiler cannot prove (p's fields could alias acc's stores) */
@@ -257,7 +262,7 @@ sdpa_status sdpa_reference(const sdpa_desc *desc, const sdpa_tensor *q, const sd
                     *lsei = (float)(mu + log(sum));
             }
 
-    sdpa_free(score);
+    sdpa_free(acc);
     if (desc->stats) {
         const sdpa_stats none = {.isa = SDPA_ISA_AUTO, .threads = 1,
                                  .scratch_bytes = (int64_t)scratch};
