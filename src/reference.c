@@ -15,7 +15,6 @@
  */
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "../kernels/convert.h"
 #include "internal.h"
