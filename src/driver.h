@@ -45,17 +45,20 @@ struct sdpa_plan {
                              r / group, and each key block runs head after head */
     int64_t rows_per_bh;  /* rows of one (b, hk) when grouped, of one (b, h) when not,
                              of one b under hgroup */
-    int64_t items_per_bh; /* ceil(rows_per_bh / Br) */
+    int64_t items_per_bh; /* ceil(rows_per_bh / irows) */
+    int irows;            /* rows of an item, the last of a (b, h) the rest: Br, or under
+                             grouped ceil(rows_per_bh / ceil(rows_per_bh / Br)) (plan.c) */
     int64_t nbh;          /* B * Hkv (grouped), B (hgroup) or B * Hq */
     int64_t items;
-    int mrows;            /* most rows an item has: min(Br, rows_per_bh) */
+    int mrows;            /* most rows an item has: min(irows, rows_per_bh) */
     int64_t chunk;        /* split-KV chunk in keys; 0 = no split */
     int64_t nchunks;      /* chunks per item when split, else 1 */
     int64_t units;        /* items * nchunks */
     int chunk_major;      /* hand an entry's units out chunk by chunk, all its items (KV
                              heads) at once (schedule.h): paged split-KV decode */
     int merge_parts;      /* finishing units an item's merge is cut into, each its share
-                             of the rows: 1, or Hkv under hgroup (a KV head's rows each) */
+                             of the rows: bands of MERGE_ROWS, or Hkv under hgroup (a KV
+                             head's rows each) */
     int64_t finish_units; /* merges (items x merge_parts, when split) + orphan rows (1,
                              under packed varlen with rows no sequence owns) */
     int ldq, lds, ldo;

@@ -9,7 +9,8 @@
  *   - plain: Br consecutive query rows i of one query head h;
  *   - grouped (GQA with Tq <= GROUP_TQ_MAX, i.e. decode, speculative decoding, small
  *     chunked prefill): the g = Hq/Hkv heads sharing hk, row r = (i = r / g, h = hk g +
- *     r % g), so each K/V block is read once for all g heads;
+ *     r % g), so each K/V block is read once for all g heads; when a (b, hk) has more
+ *     than Br such rows, its items share them evenly (irows);
  *   - head groups (hgroup: grouped decode over K/V kept tokens-major, contiguous or
  *     paged; heads_together): every query head of entry b, row r = head r, whose K/V
  *     head is r / g; each key block runs head after head (tile.c, heads_step), so a
@@ -23,7 +24,8 @@
  * Split-KV (flash-decoding): when the items are too few to feed many cores (decode:
  * Tq = 1 against a long cache), each item's keys are cut into chunks of a fixed number
  * of keys, each chunk a unit that stores its partial (m, l, O) rows; finishing unit t
- * merges item t's partials in chunk order (finalize.c). The chunk size depends on the
+ * merges item t's partials in chunk order (finalize.c), cut into bands of rows so that
+ * several threads share a large item's merge. The chunk size depends on the
  * shape only, never on the thread count, so results are the same bits for any number
  * of threads and any order of the units.
  *
@@ -44,6 +46,13 @@
  * pack K once per block for qk (kernels/ukernel.h says why the costs cross; the
  * crossover is measured in docs/PERFORMANCE.md, "QK^T in place or packed"). */
 #define QK_ROWS_MAX 16
+
+/* A split item's merge is cut into bands of at most this many rows, each a finishing
+ * unit: the merges run after the units, and an item of 64 rows merged by one thread
+ * while the others wait costs mla-decode ~10% of its time on 16 threads
+ * (docs/PERFORMANCE.md, "Many cores, measured"); a band of 16 rows still reads a few
+ * KiB of partials per chunk, enough to amortise taking a unit. */
+#define MERGE_ROWS 16
 
 /* A head-group item's key blocks (plan.hgroup): run head after head, each head reads a
  * piece of every token's row, and the heads' pieces of a token come in together the
@@ -175,9 +184,20 @@ void plan_init(plan *pl, const sdpa_kernels *kt, const sdpa_problem *p, int mode
     pl->hgroup = heads_together(pl, p, tq_max);
     pl->rows_per_bh = pl->hgroup ? p->Hq : pl->grouped ? p->group * tq_max : tq_max;
     pl->items_per_bh = ceil_div(pl->rows_per_bh, pl->br);
+    /* Grouped rows (a group's heads x a few query rows) shared evenly between the items
+     * of a (b, hk): with few K/V heads there are few items, and Br rows and the rest
+     * make units of unequal work whose larger one sets the makespan (mla-decode, 128
+     * heads on one K/V head: 96 + 32 rows, 1.4x slower on 16 threads than 64 + 64;
+     * docs/PERFORMANCE.md, "Many cores, measured"). Plain items keep Br rows: a (b, h)
+     * has many of them and the tiles run best on whole Br-row blocks. */
+    pl->irows = pl->br;
+    if (pl->grouped && pl->items_per_bh > 1) {
+        pl->irows = (int)ceil_div(pl->rows_per_bh, pl->items_per_bh);
+        pl->items_per_bh = ceil_div(pl->rows_per_bh, pl->irows);
+    }
     pl->nbh = p->B * (pl->hgroup ? 1 : pl->grouped ? p->Hkv : p->Hq);
     pl->items = pl->nbh * pl->items_per_bh;
-    pl->mrows = (int)min64(pl->br, pl->rows_per_bh);
+    pl->mrows = (int)min64(pl->irows, pl->rows_per_bh);
     pl->ldq = (int)round_up((size_t)p->Dk, 16);
     pl->ldo = (int)round_up((size_t)p->Dv, 16);
     /* (a head-group item calls qk_rows once per KV head, on that head's group rows) */
@@ -242,7 +262,7 @@ void plan_init(plan *pl, const sdpa_kernels *kt, const sdpa_problem *p, int mode
     const int orphans = mode == PLAN_FORWARD && p->cu_q && p->cu_q[p->B] < p->Tq;
     /* a head-group item's merge is cut by KV head, so it runs on as many threads as the
      * per-head items' merges would */
-    pl->merge_parts = pl->hgroup ? (int)p->Hkv : 1;
+    pl->merge_parts = pl->hgroup ? (int)p->Hkv : (int)ceil_div(pl->mrows, MERGE_ROWS);
     pl->finish_units = (pl->chunk ? pl->items * pl->merge_parts : 0) + orphans;
     pl->scratch_bytes = scratch_layout(pl, NULL, NULL);
 }
@@ -271,8 +291,8 @@ void item_rows(const plan *pl, const scratch *w, int64_t t, rows *it) {
      * of this file; the order's measurements are in docs/PERFORMANCE.md, "Unit order") */
     const int64_t bh = t / pl->items_per_bh, qi = t % pl->items_per_bh;
     const int64_t qb = p->causal ? pl->items_per_bh - 1 - qi : qi;
-    const int64_t r0 = qb * pl->br;
-    it->m = (int)min64(pl->br, pl->rows_per_bh - r0);
+    const int64_t r0 = qb * pl->irows;
+    it->m = (int)min64(pl->irows, pl->rows_per_bh - r0);
     int64_t hbase;
     if (pl->hgroup) { /* rows = the entry's query heads in order, head h's K/V head h / g */
         it->b = bh;

@@ -62,6 +62,8 @@ static const struct {
                                           .Dk = 16, .Dv = 16, .causal = BR}},
     {"decode, split-KV window", {.B = 1, .Hq = 4, .Hkv = 4, .Tq = 1, .Tkv = 4000, .Dk = 16,
                                  .Dv = 16, .window = 1, .wl = 1000}},
+    {"decode, split-KV, a group of more rows than Br (MLA-like)",
+     {.B = 1, .Hq = 130, .Hkv = 1, .Tq = 1, .Tkv = 3000, .Dk = 16, .Dv = 16}},
 };
 
 static void derived_counts(void) {
@@ -216,6 +218,67 @@ static void entry_order(void) {
     }
 }
 
+/* ---- grouped rows shared evenly, merges in bands ----------------------------------- */
+
+/* A (b, hk) with more grouped rows than Br (MLA decode: 128 heads on one K/V head) is cut
+ * into items of equal rows, the last short by less than one row per item, so its split
+ * units are of equal work; each split item's merge is cut into bands of at most 16 rows
+ * (plan.c, MERGE_ROWS) that cover its rows once. The calls give the same bits on 1 and 4
+ * threads and agree with the reference. */
+static void even_items(void) {
+    const sc_case cases[] = {
+        {.B = 1, .Hq = 128, .Hkv = 1, .Tq = 1, .Tkv = 3000, .Dk = 48, .Dv = 32,
+         .guard = SC_GUARD_NONE, .seed = 90},
+        {.B = 2, .Hq = 100, .Hkv = 2, .Tq = 3, .Tkv = 2100, .Dk = 16, .Dv = 24, .causal = BR,
+         .guard = SC_GUARD_NONE, .seed = 91},
+        {.B = 1, .Hq = 130, .Hkv = 1, .Tq = 1, .Tkv = 1500, .Dk = 32, .Dv = 32,
+         .lens = SC_LENS_KV, .guard = SC_GUARD_NONE, .seed = 92},
+    };
+    const sdpa_kernels *kt = sdpa_isa_lookup(th_isa)->kernels;
+    for (int i = 0; i < N(cases); i++) {
+        const sdpa_desc d = sc_desc(&cases[i]);
+        plan pl;
+        if (!CHECK(schedule_plan(&d, cases[i].dt, 0, kt, &pl) == SDPA_OK, "case %d does not plan",
+                   i))
+            continue;
+        void *buf = th_alloc(pl.scratch_bytes, SC_GUARD_NONE);
+        scratch w;
+        plan_scratch(&pl, buf, &w);
+        int lo = INT32_MAX, hi = 0, bands_ok = 1;
+        for (int64_t t = 0; t < pl.items_per_bh; t++) {
+            rows it;
+            item_rows(&pl, &w, t, &it);
+            lo = it.m < lo ? it.m : lo;
+            hi = it.m > hi ? it.m : hi;
+            int next = 0;
+            for (int part = 0; part < pl.merge_parts; part++) {
+                int r0, r1;
+                merge_band(&pl, &it, part, &r0, &r1);
+                if (r0 >= it.m)
+                    continue;
+                bands_ok &= r0 == next && r1 > r0 && r1 - r0 <= 16;
+                next = r1;
+            }
+            bands_ok &= next == it.m;
+        }
+        CHECK(pl.grouped && pl.items_per_bh > 1 && (int64_t)hi * pl.items_per_bh >= pl.rows_per_bh &&
+                  hi - lo < pl.items_per_bh,
+              "case %d: %lld items of %d..%d rows for %lld grouped rows", i,
+              (long long)pl.items_per_bh, lo, hi, (long long)pl.rows_per_bh);
+        CHECK(pl.chunk > 0 && bands_ok, "case %d: split %lld, merge bands not 16 rows at most "
+              "covering each item once", i, (long long)pl.chunk);
+        sc_free(buf);
+        th_run_case(&cases[i], "grouped rows shared evenly");
+        unsigned char *one, *team;
+        int u1, u4;
+        const size_t n = forward_bytes(&cases[i], 1, &one, &u1);
+        forward_bytes(&cases[i], 4, &team, &u4);
+        CHECK(memcmp(one, team, n) == 0, "case %d: 4 threads differ from 1", i);
+        free(one);
+        free(team);
+    }
+}
+
 /* ---- issue 15's targets at 64 threads ------------------------------------------------ */
 
 /* batched-decode's 128 items (16 entries x 8 K/V heads) are one unit each (the plan
@@ -267,5 +330,6 @@ void suite_schedule(void) {
     derived_counts();
     hand_schedules();
     entry_order();
+    even_items();
     bench_targets();
 }
