@@ -6,7 +6,7 @@
  * right rather than fast: straight loops the compiler may vectorise with the baseline
  * ISA (SSE2 on x86-64), libm expf (glibc's is correctly rounded in practice: < 1 ulp),
  * the portable 16-bit conversions of kernels/convert.h (per element, where K and V are
- * read). It is not a performance path; a CPU with AVX2, AVX-512 or NEON never runs it
+ * read; fp32 rows are read as floats, with no conversion per element). It is not a performance path; a CPU with AVX2, AVX-512 or NEON never runs it
  * unless SDPA_ISA=scalar asks.
  *
  * Kp layout: transposed, Kp[d * n + j] = K[j][d], so qk's inner loop runs over
@@ -23,6 +23,33 @@
 
 /* Bytes of one element of a storage type (validate.c admits only these three). */
 static size_t elem_bytes(sdpa_dtype dt) { return dt == SDPA_F32 ? 4 : 2; }
+
+/* <q, row> in dim order; an fp32 row read as floats, a 16-bit one converted element by
+ * element (the same sum either way: the conversions are exact). */
+static float dot_row(const float *q, const char *row, int dk, sdpa_dtype dt) {
+    float acc = 0.0f;
+    if (dt == SDPA_F32) {
+        const float *kr = (const float *)(const void *)row;
+        for (int d = 0; d < dk; d++)
+            acc += q[d] * kr[d];
+    } else {
+        for (int d = 0; d < dk; d++)
+            acc += q[d] * sdpa_load_as_f32(row, d, dt);
+    }
+    return acc;
+}
+
+/* o += p x row, element by element, the row read as dot_row reads it. */
+static void axpy_row(float *o, float p, const char *row, int dv, sdpa_dtype dt) {
+    if (dt == SDPA_F32) {
+        const float *vr = (const float *)(const void *)row;
+        for (int d = 0; d < dv; d++)
+            o[d] += p * vr[d];
+    } else {
+        for (int d = 0; d < dv; d++)
+            o[d] += p * sdpa_load_as_f32(row, d, dt);
+    }
+}
 
 static void scalar_pack_k(int n, int dk, const void *k, int64_t ldk, sdpa_dtype dt,
                           float *kp) {
@@ -62,10 +89,7 @@ static void scalar_qk_rows(int m, int n, int dk, float scale, const float *q, in
         float *sr = s + (size_t)r * (size_t)lds;
         for (int j = 0; j < n; j++) {
             const char *row = (const char *)k + (size_t)j * (size_t)ldk * elem_bytes(dt);
-            float acc = 0.0f;
-            for (int d = 0; d < dk; d++)
-                acc += qr[d] * sdpa_load_as_f32(row, d, dt);
-            sr[j] = acc * scale;
+            sr[j] = dot_row(qr, row, dk, dt) * scale;
         }
     }
 }
@@ -110,10 +134,8 @@ static void scalar_pv(int m, int n, int dv, const float *p, int ldp, const void 
                 orow[d] *= a;
         }
         for (int j = 0; j < n; j++) {
-            const float pj = pr[j];
             const char *vj = (const char *)v + (size_t)j * (size_t)ldv * elem_bytes(dt);
-            for (int d = 0; d < dv; d++)
-                orow[d] += pj * sdpa_load_as_f32(vj, d, dt);
+            axpy_row(orow, pr[j], vj, dv, dt);
         }
     }
 }
