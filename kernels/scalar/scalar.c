@@ -24,6 +24,13 @@
 /* Bytes of one element of a storage type (validate.c admits only these three). */
 static size_t elem_bytes(sdpa_dtype dt) { return dt == SDPA_F32 ? 4 : 2; }
 
+/* The fp32 tiles' inner loops run ACC_CHUNK independent sums a step (keys of S in qk,
+ * dims of O in pv), which the compiler keeps in registers (two SSE vectors on x86-64's
+ * baseline) instead of storing every element after every dim or key. Each element's sum
+ * keeps its order: the same bits as a loop over one element at a time
+ * (docs/PERFORMANCE.md, "The scalar table's loops"). */
+#define ACC_CHUNK 8
+
 /* <q, row> in dim order; an fp32 row read as floats, a 16-bit one converted element by
  * element (the same sum either way: the conversions are exact). */
 static float dot_row(const float *q, const char *row, int dk, sdpa_dtype dt) {
@@ -65,15 +72,26 @@ static void scalar_qk(int m, int n, int dk, float scale, const float *q, int ldq
     for (int r = 0; r < m; r++) {
         const float *qr = q + (size_t)r * (size_t)ldq;
         float *sr = s + (size_t)r * (size_t)lds;
-        for (int j = 0; j < n; j++)
+        int j0 = 0;
+        for (; j0 + ACC_CHUNK <= n; j0 += ACC_CHUNK) { /* ACC_CHUNK keys' sums in registers */
+            float acc[ACC_CHUNK] = {0};
+            for (int d = 0; d < dk; d++) {
+                const float qv = qr[d], *kd = kp + (size_t)d * (size_t)n + (size_t)j0;
+                for (int c = 0; c < ACC_CHUNK; c++)
+                    acc[c] += qv * kd[c];
+            }
+            for (int c = 0; c < ACC_CHUNK; c++)
+                sr[j0 + c] = acc[c] * scale;
+        }
+        for (int j = j0; j < n; j++)
             sr[j] = 0.0f;
-        for (int d = 0; d < dk; d++) {
+        for (int d = 0; d < dk && j0 < n; d++) {
             const float qv = qr[d];
             const float *kd = kp + (size_t)d * (size_t)n;
-            for (int j = 0; j < n; j++)
+            for (int j = j0; j < n; j++)
                 sr[j] += qv * kd[j];
         }
-        for (int j = 0; j < n; j++)
+        for (int j = j0; j < n; j++)
             sr[j] *= scale;
     }
 }
@@ -133,9 +151,25 @@ static void scalar_pv(int m, int n, int dv, const float *p, int ldp, const void 
             for (int d = 0; d < dv; d++)
                 orow[d] *= a;
         }
-        for (int j = 0; j < n; j++) {
-            const char *vj = (const char *)v + (size_t)j * (size_t)ldv * elem_bytes(dt);
-            axpy_row(orow, pr[j], vj, dv, dt);
+        int d0 = 0;
+        if (dt == SDPA_F32) /* ACC_CHUNK elements of O in registers across the keys */
+            for (; d0 + ACC_CHUNK <= dv; d0 += ACC_CHUNK) {
+                float acc[ACC_CHUNK];
+                for (int c = 0; c < ACC_CHUNK; c++)
+                    acc[c] = orow[d0 + c];
+                for (int j = 0; j < n; j++) {
+                    const float pj = pr[j];
+                    const float *vr = (const float *)v + (size_t)j * (size_t)ldv + (size_t)d0;
+                    for (int c = 0; c < ACC_CHUNK; c++)
+                        acc[c] += pj * vr[c];
+                }
+                for (int c = 0; c < ACC_CHUNK; c++)
+                    orow[d0 + c] = acc[c];
+            }
+        for (int j = 0; j < n && d0 < dv; j++) { /* the rest, a key at a time */
+            const char *vj =
+                (const char *)v + ((size_t)j * (size_t)ldv + (size_t)d0) * elem_bytes(dt);
+            axpy_row(orow + d0, pr[j], vj, dv - d0, dt);
         }
     }
 }
