@@ -358,8 +358,12 @@ static void decode_shape(fz_case *c) {
         c->Tq = 1 + h[FZ_TQ] % 140, c->Tkv = 1 + tkv16 % 200;
         c->Dk = 1 + h[FZ_DK] % 72, c->Dv = 1 + h[FZ_DV] % 72;
         break;
-    case 2: /* decode: few rows (grouped GQA up to 16), long Tkv (split-KV from 1024) */
-        c->B = 1 + h[FZ_B] % 2, c->Hkv = 1 + h[FZ_HKV] % 2, g = 1 + h[FZ_GROUP] % 8;
+    case 2: /* decode: few rows (grouped GQA up to 16), long Tkv (split-KV from 1024);
+             * groups of 1 to 8 heads, or with the group byte's top bit 9 to 136 (MLA
+             * decode's 128 query heads on one K/V head: more grouped rows than Br, shared
+             * evenly between items) */
+        c->B = 1 + h[FZ_B] % 2, c->Hkv = 1 + h[FZ_HKV] % 2;
+        g = h[FZ_GROUP] & 0x80 ? 9 + (h[FZ_GROUP] & 0x7f) : 1 + h[FZ_GROUP] % 8;
         c->Tq = 1 + h[FZ_TQ] % 18, c->Tkv = 1 + tkv16 % 2200;
         c->Dk = 1 + h[FZ_DK] % 40, c->Dv = 1 + h[FZ_DV] % 40;
         break;
@@ -374,9 +378,12 @@ static void decode_shape(fz_case *c) {
         const int64_t work = c->B * c->Hkv * g * c->Tq * c->Tkv * (c->Dk + c->Dv);
         if (work <= limit)
             break;
-        /* decode keeps its long Tkv and gives up rows and heads first */
+        /* decode keeps its long Tkv and gives up rows and heads first; a wide group
+         * keeps its heads and gives up head dims before them */
         if (cls == 2 && c->Tq > 1)
             c->Tq = (c->Tq + 1) / 2;
+        else if (cls == 2 && g > 8 && c->Dk + c->Dv > 2)
+            c->Dk >= c->Dv ? (c->Dk = (c->Dk + 1) / 2) : (c->Dv = (c->Dv + 1) / 2);
         else if (cls == 2 && c->B * c->Hkv * g > 1)
             c->B > 1 ? c->B-- : g > 1 ? g-- : c->Hkv--;
         else if (c->Tkv >= c->Tq && c->Tkv > 1)

@@ -36,6 +36,11 @@ static const seed seeds[] = {
     {"decode-splitkv-gqa", {{FZ_CLASS, 2}, {FZ_HKV, 1}, {FZ_GROUP, 3}, {FZ_TQ, 0},
                             {FZ_TKV, 0xdc}, {FZ_TKV_HI, 0x05}, {FZ_DK, 31}, {FZ_DV, 15},
                             {FZ_CAUSAL, 1}, {FZ_THREADS, 2}, END}, 4, {{0}}, 0},
+    /* 128 query heads on one K/V head (g = 9 + 0x77), MLA's 576 / 512 dims cut down:
+     * 128 grouped rows shared as 64 + 64 on the 96-row tables, split-KV merges in bands */
+    {"decode-wide-group", {{FZ_CLASS, 2}, {FZ_HKV, 0}, {FZ_GROUP, 0xf7}, {FZ_TQ, 0},
+                           {FZ_TKV, 0x00}, {FZ_TKV_HI, 0x06}, {FZ_DK, 39}, {FZ_DV, 31},
+                           {FZ_THREADS, 3}, END}, 43, {{0}}, 0},
     {"decode-grouped-17", {{FZ_CLASS, 2}, {FZ_HKV, 1}, {FZ_GROUP, 7}, {FZ_TQ, 16},
                            {FZ_TKV, 0x10}, {FZ_TKV_HI, 0x04}, {FZ_DK, 7}, {FZ_DV, 9},
                            {FZ_CAUSAL, 2}, END}, 5, {{0}}, 0},
