@@ -48,10 +48,11 @@
 #define QK_ROWS_MAX 16
 
 /* A split item's merge is cut into bands of at most this many rows, each a finishing
- * unit: the merges run after the units, and an item of 64 rows merged by one thread
- * while the others wait costs mla-decode ~10% of its time on 16 threads
- * (docs/PERFORMANCE.md, "Many cores, measured"); a band of 16 rows still reads a few
- * KiB of partials per chunk, enough to amortise taking a unit. */
+ * unit: the merges run after the units, while the other threads wait, and one thread
+ * merging mla-decode's 64-row items (8 partials of 64 rows of 512 floats, 1 MiB) is, by
+ * its bytes, about a tenth of the 16-thread call (docs/PERFORMANCE.md, "Many cores,
+ * measured"); a band of 16 rows still reads a few KiB of partials per chunk, enough to
+ * amortise taking a unit. */
 #define MERGE_ROWS 16
 
 /* A head-group item's key blocks (plan.hgroup): run head after head, each head reads a

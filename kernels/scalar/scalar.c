@@ -6,8 +6,8 @@
  * right rather than fast: straight loops the compiler may vectorise with the baseline
  * ISA (SSE2 on x86-64), libm expf (glibc's is correctly rounded in practice: < 1 ulp),
  * the portable 16-bit conversions of kernels/convert.h (per element, where K and V are
- * read; fp32 rows are read as floats, with no conversion per element). It is not a performance path; a CPU with AVX2, AVX-512 or NEON never runs it
- * unless SDPA_ISA=scalar asks.
+ * read; fp32 rows are read as floats). It is not a performance path; a CPU with AVX2,
+ * AVX-512 or NEON never runs it unless SDPA_ISA=scalar asks.
  *
  * Kp layout: transposed, Kp[d * n + j] = K[j][d], so qk's inner loop runs over
  * contiguous keys. kp_align is 1: no padding. It also computes the bf16 mode
