@@ -168,10 +168,24 @@ enum { MASKED_RANGE = 1, MASKED_EXPLICIT = 2 };
 
 /* 1 if an explicit mask hides every key of [j0, j0 + n) from every real row. */
 int block_fully_hidden(const plan *pl, const rows *it, const scratch *w, int64_t j0, int n);
-/* Row r's structurally visible keys within the block [j0, j0 + n), as [*a, *e). */
-void row_cut(const rows *it, const scratch *w, int r, int64_t j0, int n, int *a, int *e);
+/* Row r's structurally visible keys within the block [j0, j0 + n), as [*a, *e). Inline:
+ * a masked block asks it of every row three or four times (band_of, prepare_block,
+ * the diagonal's qk and pv), which as calls into mask.c was a measurable share of small
+ * causal calls (docs/PERFORMANCE.md, "Small calls' fixed costs"). */
+static inline void row_cut(const rows *it, const scratch *w, int r, int64_t j0, int n, int *a,
+                           int *e) {
+    *a = 0;
+    *e = 0;
+    if (r >= it->mvalid)
+        return;
+    *a = (int)min64(max64(w->lo[r] - j0, 0), n);
+    *e = (int)min64(max64(w->hi[r] - j0, 0), n);
+    if (*e < *a)
+        *e = *a;
+}
 /* Apply the score modifiers and masks to rows [ra, rb) of one block of scores and fill
- * w->hidden for them. Returns the MASKED_* bits of what it set to -inf (0: nothing). */
+ * w->hidden for them (under an explicit mask or outside PLAN_FORWARD, its only readers).
+ * Returns the MASKED_* bits of what it set to -inf (0: nothing). */
 int prepare_block(const plan *pl, const rows *it, const scratch *w, int ra, int rb, int64_t j0,
                   int n);
 /* Dropout on rows [ra, rb) of one block of probabilities. */

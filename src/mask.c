@@ -82,21 +82,14 @@ static void fill_ninf(float *p, int n) {
         p[j] = -INFINITY;
 }
 
-void row_cut(const rows *it, const scratch *w, int r, int64_t j0, int n, int *a, int *e) {
-    *a = 0;
-    *e = 0;
-    if (r >= it->mvalid)
-        return;
-    *a = (int)min64(max64(w->lo[r] - j0, 0), n);
-    *e = (int)min64(max64(w->hi[r] - j0, 0), n);
-    if (*e < *a)
-        *e = *a;
-}
-
 int prepare_block(const plan *pl, const rows *it, const scratch *w, int ra, int rb,
                          int64_t j0, int n) {
     const sdpa_problem *p = &pl->p;
     const int explicit_mask = p->mask.kind != SDPA_MASK_NONE;
+    /* w->hidden is read only by the exact P V of an explicit mask (pv_visible_only) and
+     * the weights mode; forward passes without an explicit mask take each row's range
+     * from row_cut, so the per-row flags (three memsets a row) are not written there */
+    const int flags = explicit_mask || pl->mode != PLAN_FORWARD;
     int masked = 0;
     for (int r = ra; r < rb; r++) {
         float *sr = w->s + (size_t)r * (size_t)pl->lds;
@@ -113,9 +106,11 @@ int prepare_block(const plan *pl, const rows *it, const scratch *w, int ra, int 
         }
         fill_ninf(sr, a);
         fill_ninf(sr + e, n - e);
-        memset(hid, 1, (size_t)a);
-        memset(hid + a, 0, (size_t)(e - a));
-        memset(hid + e, 1, (size_t)(n - e));
+        if (flags) {
+            memset(hid, 1, (size_t)a);
+            memset(hid + a, 0, (size_t)(e - a));
+            memset(hid + e, 1, (size_t)(n - e));
+        }
         if (a > 0 || e < n)
             masked |= MASKED_RANGE;
         if (explicit_mask && e > a) {

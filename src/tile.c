@@ -110,8 +110,12 @@ static void round_rows_bf16(int n, int64_t dim, const char *src, int64_t ld, sdp
 static void prefetch_head(const char *base, int64_t ld, int n, size_t bytes) {
     __asm__ volatile(""); /* keeps the calls: see kvcache.c, kv_prefetch_run */
     const int nr = (int)min64(n, (int64_t)(SDPA_PREFETCH_AHEAD / bytes) + 1);
-    for (int j = 0; j < nr; j++)
-        for (size_t off = 0; off < bytes; off += 64) { /* 64-byte lines: x86-64, arm64 */
+    /* rows back to back (or one row): their span line by line, so rows shorter than a
+     * line ask for each line once; else each row's lines */
+    const int span = ld >= 0 && (uint64_t)ld <= bytes;
+    const size_t len = span ? (size_t)(nr - 1) * (size_t)ld + bytes : bytes;
+    for (int j = 0; j < (span ? 1 : nr); j++)
+        for (size_t off = 0; off < len; off += 64) { /* 64-byte lines: x86-64, arm64 */
             if (sdpa_prefetch_l1) /* into L1 or L2: internal.h, sdpa_prefetch_l1 */
                 __builtin_prefetch(base + (int64_t)j * ld + (int64_t)off, 0, 3);
             else
