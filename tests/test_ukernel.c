@@ -604,6 +604,18 @@ static void test_pv(void) {
             for (int j = 0; j < N(span_n); j++)
                 check_pv(span_m[i], span_n[j], 128 + 16 * (j & 1), 128 + 16 * (j & 1) + i,
                          all[t], (i + j) & 1);
+    /* decode's chunks run span by span in one call (AVX-512: a GQA group of up to 4 at
+     * Dv = 256, pv_4x8v_spans; AVX2: up to 8 rows, pv_6x2v_spans), and chunk after chunk
+     * at Dv = 512: every row count of the nests, one span, several and a part of one
+     * (8 KiB spans: 8 fp32 rows at Dv = 256), each checked against the exact sums and
+     * against pv_at, which runs the same chunks one call each (the same bits) */
+    static const int nest_n[] = {5, 8, 37, 130}, nest_dv[] = {256, 512};
+    for (int t = 0; t < N(all); t++)
+        for (int m = 1; m <= 8 && m <= kt->br; m++)
+            for (int j = 0; j < N(nest_n); j++)
+                for (int a = 0; a < N(nest_dv); a++)
+                    check_pv(m, nest_n[j], nest_dv[a], nest_dv[a] + 16 * (m & 1), all[t],
+                             (m + j) & 1);
 }
 
 /* ---- bf16 compute: pack_k_bf16 + qk_bf16, pack_v_bf16 + pv_bf16, pack_q_bf16 ------ */

@@ -36,10 +36,25 @@
  * one tile"). */
 /* An int8 V read unscaled (tiles.h, pv_factored) by a GQA group of 4 at Dv = 128 runs
  * in one chunk (PVQ_UNSC_WHOLE, pvq_4x8v_i8), as pv_4x8v does for the other storage. */
+/* A GQA group of up to 4 rows at Dv = 256 (two chunks of 8 vectors, no Dv tail, V rows
+ * at one stride) runs its chunks span by span in one call (pv_4x8v_spans,
+ * PV_CHUNK_SPAN_BYTES = 8 KiB of whole V rows a span), each chunk prefetching its own
+ * columns: chunk after chunk over a 64-key block read half of every V row a pass, the
+ * second pass from L2 at best. Measured on AMD Zen 4 (docs/PERFORMANCE.md, "Decode at
+ * Dv = 256 span by span"): from DRAM 14-20% faster on 1 thread, with V in L2 or L3 3-8%
+ * slower (each span loads and stores the accumulators); 16 KiB spans and whole rows
+ * prefetched by the first chunk were slower from DRAM; at Dv = 512 (4 chunks, 4 fp32
+ * keys a span) 14% faster from DRAM but 18% slower in L3, so those keep their chunks. */
 enum { PV_CMAX = 4, PV_WIDE_CMAX = 8, PVQ_FEW_M = 4, PVQ_CMAX_FEW = 4, PVQ_CMAX = 3,
-       PVQ_UNSC_WHOLE = 1, PV_FEW_M = 4, PV_PF_WHOLE_ROWS = 0, PV_CHUNK_SPAN_BYTES = 0,
+       PVQ_UNSC_WHOLE = 1, PV_FEW_M = 4, PV_PF_WHOLE_ROWS = 0, PV_CHUNK_SPAN_BYTES = 8192,
        QKR_MR = 8,
        PV_WIDE_TILE_ROWS = 3 /* pv_3x8v, pv_3x7v */ };
+
+/* Whether decode's nchunk chunks of m rows run span by span (tiles.h, pv_chunks; nest:
+ * no Dv tail, V rows at one stride): as the comment above says. */
+static inline int pv_spans_ok(int m, int nchunk, int nest) {
+    return nest && m <= PV_FEW_M && nchunk == 2;
+}
 
 /* softmax's exp loop unrolled by Bc / VL = 64 / 16 vectors: one block row of scores. */
 #define UNROLL_BC _Pragma("GCC unroll 4")
@@ -62,7 +77,9 @@ static void pv_chunk(int nv, const pv_chunk_args *a) {
             pv_3x7v(a);
         return;
     case 8:
-        if (a->m == PV_FEW_M)
+        if (pv_nest_fits(a, PV_FEW_M)) /* decode's chunks together: PV_CHUNK_SPAN_BYTES */
+            pv_4x8v_spans(a);
+        else if (a->m == PV_FEW_M)
             pv_4x8v(a);
         else
             pv_3x8v(a);

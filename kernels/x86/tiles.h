@@ -14,7 +14,8 @@
  * tails, 16-bit widening, shuffles, the ISA steps of the exp). The including file
  * defines, before the #include, pv's chunking constants PV_CMAX, PV_WIDE_CMAX, PVQ_CMAX
  * (with PVQ_FEW_M, PVQ_CMAX_FEW and PVQ_UNSC_WHOLE), PV_PF_WHOLE_ROWS and
- * PV_CHUNK_SPAN_BYTES (0: decode's chunks one call each), qk_rows' rows
+ * PV_CHUNK_SPAN_BYTES (0: decode's chunks one call each) with pv_spans_ok (which
+ * decode calls run their chunks span by span), qk_rows' rows
  * per pass QKR_MR and the
  * UNROLL_BC pragma, and after
  * it `pv_chunk` and `pvq_chunk`, its choice of pv and pvq register tile for each chunk
@@ -1098,13 +1099,14 @@ ALWAYS_INLINE void pv_row_tiles(const int MR, const int NV, const int QUANT,
  * nest with no per-span dispatch, so a span and chunk costs its accumulators' loads and
  * stores and little else (through the general loop's switches and argument copies,
  * AVX2's 4 KiB spans cost 65 cycles a key in L1, here 47; docs/PERFORMANCE.md, "AVX2's
- * decode chunks span by span"). Only the first chunk's first tile prefetches, whole
- * rows ahead where the ISA sets PV_PF_WHOLE_ROWS (AVX2, the one ISA whose pv_chunk
- * calls it), so the other chunks and tiles find them in cache. pv_nest_tile is one
- * tile's rows [r0, r0 + MR) over keys [j0, j1) of chunk ch. */
+ * decode chunks span by span"). Only the first tile of a chunk prefetches, its
+ * columns, or where the ISA sets PV_PF_WHOLE_ROWS (AVX2) only the first chunk's, whole
+ * rows, so the other tiles (and chunks) find them in cache. pv_nest_tile is one tile's
+ * rows [r0, r0 + MR) over keys [j0, j1) of chunk ch. */
 ALWAYS_INLINE void pv_nest_tile(const int MR, const int NV, const sdpa_dtype dt,
                                 const pv_chunk_args *a, int r0, int j0, int j1, int ch) {
-    const int ldp = a->ldp, ldo = a->ldo, pf = r0 == 0 && ch == 0 ? a->pf : 0;
+    const int ldp = a->ldp, ldo = a->ldo;
+    const int pf = r0 == 0 && (ch == 0 || !PV_PF_WHOLE_ROWS) ? a->pf : 0;
     const size_t ldvb = a->ldvb;
     const char *v = a->v + (size_t)ch * dt_bytes(dt, (size_t)(VL * NV));
     const float *p = a->p + (size_t)r0 * (size_t)ldp;
@@ -1184,6 +1186,19 @@ TILE void pv_6x2v_spans(const pv_chunk_args *a) {
     case 7: pv_span_nest_dt(6, 1, 2, a); return;
     default: /* pv_nest_fits: 8 rows, a GQA group of 8 (PV_WIDE_M) */
         pv_span_nest_dt(6, 2, 2, a);
+        return;
+    }
+}
+/* pv_4x8v's registers over decode's chunks span by span (pv_span_nest): a GQA group of
+ * up to 4 rows at Dv = 256 (AVX-512's pv_spans_ok), each span of V rows read from
+ * memory by the first chunk and from L1 by the second. */
+TILE void pv_4x8v_spans(const pv_chunk_args *a) {
+    switch (a->m) {
+    case 1: pv_span_nest_dt(1, 0, 8, a); return;
+    case 2: pv_span_nest_dt(2, 0, 8, a); return;
+    case 3: pv_span_nest_dt(3, 0, 8, a); return;
+    default: /* pv_nest_fits: 4 rows */
+        pv_span_nest_dt(4, 0, 8, a);
         return;
     }
 }
@@ -1304,10 +1319,11 @@ ALWAYS_INLINE void pv_chunks(const int QUANT, int unsc, int m, int n, int dv, co
                             : ((const float *)qs->p)[g]) * KVQ_E4M3_RAW;
         }
     /* decode's chunks, all of one width, in one call, PV_CHUNK_SPAN_BYTES of whole V
-     * rows a span (where the including ISA sets it: where its wide chunks are narrower
-     * than a row) */
+     * rows a span (where the including ISA sets it, for the rows and chunks its
+     * pv_spans_ok takes; nest: what pv_nest_fits asks of V's view) */
+    const int nest = dv % VL == 0 && !vat && !pfv;
     const int run = !QUANT && PV_CHUNK_SPAN_BYTES > 0 && wide && pf > 0 && nchunk > 1 &&
-                            nvec % nchunk == 0
+                            nvec % nchunk == 0 && pv_spans_ok(m, nchunk, nest)
                         ? nchunk
                         : 1;
     int c0 = 0;
