@@ -107,6 +107,11 @@ const sb_shape sb_suite[] = {
      * layout the K and V projections write): each token's KV heads side by side */
     ENGINE("decode-long-bthd", .B = 1, .Hq = 32, .Hkv = 8, .Tq = 1, .Tkv = 65536, .Dk = 128,
            .Dv = 128, .layout = SC_BTHD),
+    /* decode at Gemma's head dim (Gemma 2 9B, Gemma 3 12B: 16 query heads over 8 KV heads
+     * of 256) against a 32k f16 cache, 256 MiB: V's rows take two of AVX-512's decode
+     * chunks (kernels/avx512/avx512.c, pv_spans_ok) */
+    ENGINE_FULL("decode-d256-f16", .B = 1, .Hq = 16, .Hkv = 8, .Tq = 1, .Tkv = 32768,
+                .Dk = 256, .Dv = 256, .dt = F16_ALL),
     /* 16 sequences decoding at once against caches of mixed lengths */
     ENGINE("batched-decode", .B = 16, .Hq = 32, .Hkv = 8, .Tq = 1, .Tkv = 8192, .Dk = 128,
            .Dv = 128, .kv_lens = batched_lens),
