@@ -84,6 +84,13 @@ struct sdpa_plan {
 };
 typedef struct sdpa_plan plan;
 
+/* The row stride, in elements, of a block of K or V rows rounded to bf16 into scratch
+ * (kb, vb): round_up(dim, 32) where the table rounds each row with its pack_q_bf16 (which
+ * writes whole 32-element vectors, zero past dim), else dim (tile.c, round_rows_bf16). */
+static inline int64_t bf16_rows_ld(const plan *pl, int64_t dim) {
+    return pl->kt->pack_q_bf16 ? (int64_t)round_up((size_t)dim, 32) : dim;
+}
+
 /* One item's rows: the (b, hk) it belongs to, and per row (in the worker's scratch) its
  * head, its row within the sequence and its key range; rows at and beyond Tq_b are
  * padding. */

@@ -83,22 +83,53 @@ void gather_q(const plan *pl, const rows *it, const scratch *w) {
     }
 }
 
-/* The n x dim block of rows at src (ld elements apart, stored as dt) rounded to bf16,
- * row-major with rows dim apart, into dst: the bf16 mode's operands for the fp32
- * tiles, which then read them as bf16 storage. */
-static void round_rows_bf16(int n, int64_t dim, const char *src, int64_t ld, sdpa_dtype dt,
-                            uint16_t *dst) {
-    const size_t es = sdpa_dtype_size(dt);
+/* bf16 of n f16 values (widened exactly first), four at a time as round_f32_bf16. */
+static void round_f16_bf16(const uint16_t *x, int64_t n, uint16_t *out) {
+    int64_t d = 0;
+    for (; d + 4 <= n; d += 4) {
+        out[d] = sdpa_f32_to_bf16(sdpa_f16_to_f32(x[d]));
+        out[d + 1] = sdpa_f32_to_bf16(sdpa_f16_to_f32(x[d + 1]));
+        out[d + 2] = sdpa_f32_to_bf16(sdpa_f16_to_f32(x[d + 2]));
+        out[d + 3] = sdpa_f32_to_bf16(sdpa_f16_to_f32(x[d + 3]));
+    }
+    for (; d < n; d++)
+        out[d] = sdpa_f32_to_bf16(sdpa_f16_to_f32(x[d]));
+}
+
+/* The n x dim block of rows at src (ld elements apart, stored as dt: f32 or f16, the
+ * dequantized or stored rows of the bf16 mode's operands) rounded to bf16 into dst, rows
+ * bf16_rows_ld(pl, dim) apart; returns that stride. A table with pack_q_bf16 rounds each
+ * row with it (vector conversions, and K and V rounded as its Q and packed blocks are);
+ * the others through the portable loops. Rows at and past src up to row pfrows - 1 (the
+ * block's, and past it those the driver's stream goes on to; 0 for scratch rows) are
+ * asked for SDPA_PREFETCH_AHEAD bytes of rows ahead of the row being rounded, as the
+ * decode kernels ask for rows they read in place: decode in the mode spends its time
+ * here when K and V are not bf16 rows in place (docs/PERFORMANCE.md, "bf16 decode over
+ * other caches"). */
+static int64_t round_rows_bf16(const plan *pl, int n, int64_t dim, const char *src, int64_t ld,
+                               sdpa_dtype dt, uint16_t *dst, int64_t pfrows) {
+    const size_t es = sdpa_dtype_size(dt), rowb = (size_t)dim * es;
+    const int64_t ldd = bf16_rows_ld(pl, dim);
+    const int64_t ahead = (int64_t)(SDPA_PREFETCH_AHEAD / rowb) + 1;
     for (int j = 0; j < n; j++) {
         const char *row = src + (size_t)(j * ld) * es;
-        uint16_t *out = dst + (size_t)j * (size_t)dim;
-        if (dt == SDPA_F32) {
+        if (j + ahead < pfrows)
+            for (size_t off = 0; off < rowb; off += 64) { /* 64-byte lines, as prefetch_head */
+                const char *line = row + (size_t)(ahead * ld) * es + off;
+                if (sdpa_prefetch_l1)
+                    __builtin_prefetch(line, 0, 3);
+                else
+                    __builtin_prefetch(line, 0, 2);
+            }
+        uint16_t *out = dst + (size_t)j * (size_t)ldd;
+        if (pl->kt->pack_q_bf16)
+            pl->kt->pack_q_bf16((int)dim, row, dt, out);
+        else if (dt == SDPA_F32)
             round_f32_bf16((const float *)(const void *)row, dim, out);
-        } else {
-            for (int64_t d = 0; d < dim; d++)
-                out[d] = sdpa_f32_to_bf16(sdpa_load_as_f32(row, d, dt));
-        }
+        else /* SDPA_F16 */
+            round_f16_bf16((const uint16_t *)(const void *)row, dim, out);
     }
+    return ldd;
 }
 
 /* Ask for the first SDPA_PREFETCH_AHEAD bytes of rows (at most n of them, `bytes` long,
@@ -279,16 +310,16 @@ static int block_scores(const plan *pl, const rows *it, const scratch *w, const 
     if (pl->bf16_rows) { /* K rows as bf16: in place, or rounded into scratch */
         const char *k = kv->v;
         int64_t ldk = kv->ld;
+        const int own = kv_in_place(pl, 0); /* caller rows, which the stream goes on past */
         if (kv->dt != SDPA_BF16) {
-            round_rows_bf16(n, p->Dk, k, ldk, kv->dt, w->kb);
+            ldk = round_rows_bf16(pl, n, p->Dk, k, ldk, kv->dt, w->kb, own ? n + npf : 0);
             k = (const char *)w->kb;
-            ldk = p->Dk;
         }
-        const int streamed = k == kv->v && kv_in_place(pl, 0) && npf > 0;
+        const int streamed = k == kv->v && own && npf > 0;
         kt->qk_rows_bf16(rb - ra, n, (int)p->Dk, p->scale, w->qb + (size_t)ra * (size_t)pl->ldqb,
                          pl->ldqb, (const uint16_t *)(const void *)k, ldk, s, pl->lds,
                          streamed ? npf : 0);
-        return streamed;
+        return own && npf > 0;
     }
     if (pl->bf16_tiles) {
         kt->pack_k_bf16(n, (int)p->Dk, kv->v, kv->ld, kv->dt, w->kpb);
@@ -300,18 +331,19 @@ static int block_scores(const plan *pl, const rows *it, const scratch *w, const 
     const char *k = kv->v;
     int64_t ldk = kv->ld;
     sdpa_dtype dt = kv->dt;
+    /* caller rows (not a gathered block) read by qk_rows, which the stream goes on past */
+    const int own = pl->k_in_place && kv_in_place(pl, 0);
     if (pl->bf16 && dt != SDPA_BF16) { /* Q is rounded already (gather_q) */
-        round_rows_bf16(n, p->Dk, k, ldk, dt, w->kb);
+        ldk = round_rows_bf16(pl, n, p->Dk, k, ldk, dt, w->kb, own ? n + npf : 0);
         k = (const char *)w->kb;
-        ldk = p->Dk;
         dt = SDPA_BF16;
     }
     if (pl->k_in_place) {
-        /* caller rows (not rounded into scratch, nor a gathered block) stream on */
-        const int streamed = k == kv->v && kv_in_place(pl, 0) && npf > 0;
+        /* rows in place stream on in the kernel, rows rounded into scratch did so above */
+        const int streamed = k == kv->v && own && npf > 0;
         kt->qk_rows(rb - ra, n, (int)p->Dk, p->scale, q, pl->ldq, k, ldk, dt, s, pl->lds,
                     streamed ? npf : 0, NULL);
-        return streamed;
+        return own && npf > 0;
     }
     if (!plain && qk_parts(pl, it, w, j0, n, ra, rb, k, ldk, dt))
         return 0;
@@ -377,28 +409,30 @@ static int block_pv(const plan *pl, const rows *it, const scratch *w, int ra, in
     if (pl->bf16_rows && !masked) { /* V rows as bf16, as block_scores' K */
         const char *vb = v->v;
         int64_t ldv = v->ld;
+        const int own = kv_in_place(pl, 1); /* caller rows, as block_scores' K */
         if (v->dt != SDPA_BF16) {
-            round_rows_bf16(n, p->Dv, vb, ldv, v->dt, w->vb);
+            ldv = round_rows_bf16(pl, n, p->Dv, vb, ldv, v->dt, w->vb, own ? n + npf : 0);
             vb = (const char *)w->vb;
-            ldv = p->Dv;
         }
-        const int own = vb == v->v && kv_in_place(pl, 1) && npf > 0;
+        const int streamed = vb == v->v && own && npf > 0;
         pl->kt->pv_rows_bf16(rb - ra, n, Dv, s, pl->lds, (const uint16_t *)(const void *)vb, ldv,
                              w->alpha + ra, w->o + (size_t)ra * (size_t)pl->ldo, pl->ldo,
-                             own ? npf : 0);
-        return own;
+                             streamed ? npf : 0);
+        return own && npf > 0;
     }
     vrows vr = *v;
+    const int own = kv_in_place(pl, 1); /* caller rows, not a gathered block */
     if (pl->bf16) {
         for (int r = 0; r < rb - ra; r++)
             round_f32_to_bf16_values(s + (size_t)r * (size_t)pl->lds, n);
         if (vr.dt != SDPA_BF16) {
-            round_rows_bf16(n, p->Dv, vr.v, vr.ld, vr.dt, w->vb);
-            vr = (vrows){(const char *)w->vb, p->Dv, SDPA_BF16};
+            const int64_t ldv =
+                round_rows_bf16(pl, n, p->Dv, vr.v, vr.ld, vr.dt, w->vb, own ? n + npf : 0);
+            vr = (vrows){(const char *)w->vb, ldv, SDPA_BF16};
+            return pv_block(pl, it, w, ra, rb, j0, n, &vr, masked, 0) || (own && npf > 0);
         }
     }
-    /* caller rows stream on; rows rounded into scratch or a gathered block do not */
-    const int own = vr.v == v->v && kv_in_place(pl, 1);
+    /* caller rows stream on in pv; a gathered block does not */
     return pv_block(pl, it, w, ra, rb, j0, n, &vr, masked, own ? npf : 0);
 }
 
