@@ -233,20 +233,24 @@ typedef struct sdpa_kernels {
                     const float *alpha, float *o, int ldo);
 
     /* Decode's bf16 tiles (optional, both or neither, in a table with the five above):
-     * the mode's qk_rows and pv on K and V rows stored as bf16 and read in place, for
-     * the items of few rows that qk_rows serves in fp32. qk_rows_bf16: S[r][j] = scale *
-     * sum_d Qb[r][d] K[j][d] for r < m, j < n, Qb rows as pack_q_bf16 writes them (ldqb
-     * apart, zero from dk to round_up(dk, 32)), K rows ldk elements apart (caller
-     * memory, read up to element dk - 1 of each); only columns [0, n) of S are written,
-     * and a row's scores are the same bits whatever m is. pv_rows_bf16: O[r][:dv] =
-     * alpha[r] O[r][:dv] + sum_j bf16(P[r][j]) V[j][:dv], P rounded here as pv_bf16
-     * rounds it, V rows ldv elements apart (caller memory, as K), P, alpha and O as
-     * pv's; the keys are summed in pairs (j, j + 1) from the call's first, so a block
-     * is one call. npf as qk_rows' with pf NULL (the rows after the call, prefetched). */
+     * the mode's qk_rows and pv on K and V rows read in place, for the items of few rows
+     * that qk_rows serves in fp32. qk_rows_bf16: S[r][j] = scale * sum_d Qb[r][d]
+     * bf16(K[j][d]) for r < m, j < n, Qb rows as pack_q_bf16 writes them (ldqb apart,
+     * zero from dk to round_up(dk, 32)), K rows ldk elements apart, stored as dt (SDPA_F32,
+     * SDPA_F16 or SDPA_BF16; caller memory, read up to element dk - 1 of each) and rounded
+     * as pack_q_bf16 rounds; only columns [0, n) of S are written, and a row's scores are
+     * the same bits whatever m is. pv_rows_bf16: O[r][:dv] = alpha[r] O[r][:dv] + sum_j
+     * bf16(P[r][j]) bf16(V[j][:dv]), P rounded here as pv_bf16 rounds it, V rows ldv
+     * elements apart (caller memory, stored and rounded as K), P, alpha and O as pv's;
+     * the keys are summed in pairs (j, j + 1) from the call's first, so a block is one
+     * call, or calls that each start an even number of keys after its first. npf and pf
+     * as qk_rows'. */
     void (*qk_rows_bf16)(int m, int n, int dk, float scale, const uint16_t *qb, int ldqb,
-                         const uint16_t *k, int64_t ldk, float *s, int lds, int npf);
-    void (*pv_rows_bf16)(int m, int n, int dv, const float *p, int ldp, const uint16_t *v,
-                         int64_t ldv, const float *alpha, float *o, int ldo, int npf);
+                         const void *k, int64_t ldk, sdpa_dtype dt, float *s, int lds,
+                         int npf, const void *pf);
+    void (*pv_rows_bf16)(int m, int n, int dv, const float *p, int ldp, const void *v,
+                         int64_t ldv, sdpa_dtype dt, const float *alpha, float *o, int ldo,
+                         int npf, const void *pf);
 } sdpa_kernels;
 
 /* Number of function pointers in a table; the registry (src/dispatch.c) checks that each

@@ -75,8 +75,10 @@ struct sdpa_plan {
     int bf16_tiles;       /* ... through the table's bf16 tiles (pack_k_bf16 + qk_bf16,
                              pack_v_bf16 + pv_bf16), not the fp32 ones on rounded operands */
     int bf16_rows;        /* ... or, for plans of few rows (k_in_place), through the
-                             table's decode pair (qk_rows_bf16, pv_rows_bf16) on K and V
-                             rows as bf16, in place where stored so */
+                             table's decode pair (qk_rows_bf16, pv_rows_bf16), which
+                             round f32 / f16 / bf16 rows in registers: K and V in place,
+                             page run by page run (tile.c, v_runs), or a block gathered or
+                             dequantized to fp32 (kvcache.c) */
     int ldqb;             /* bf16 tiles: Qb's row stride in elements, round_up(Dk, 32) */
     size_t scratch_bytes; /* per worker */
     float *part;          /* split-KV partials: units x partial_floats, or NULL */
@@ -108,8 +110,9 @@ typedef struct rows {
 typedef struct scratch {
     float *q, *kp, *s, *o;
     uint16_t *qb, *kpb, *vpb; /* bf16 tiles: Q rows, the packed K and V blocks */
-    uint16_t *kb, *vb;        /* bf16 through the fp32 tiles: a block of K or V rows
-                                 rounded to bf16, row-major */
+    uint16_t *kb, *vb;        /* bf16 through the fp32 tiles (and P V's exact masked
+                                 paths): a block of K or V rows rounded to bf16, rows
+                                 bf16_rows_ld apart */
     float *kg, *vg;           /* paged or quantized K / V: a block of rows gathered as
                                  stored, or dequantized to fp32 (kvcache.c) */
     float *qsc;               /* one quantized row's scales, fp32 */

@@ -94,9 +94,11 @@ static size_t scratch_layout(const plan *pl, char *base, scratch *w) {
     const int tiles = pl->bf16_tiles, forward = pl->mode == PLAN_FORWARD;
     const size_t kp = pl->k_in_place || tiles ? 0 : round_up(bc, (size_t)kt->kp_align) * (size_t)p->Dk;
     /* the bf16 mode through the fp32 tiles rounds K and V blocks stored in another
-     * dtype into scratch first (P V's exact masked paths do so with the bf16 tiles too) */
-    const size_t kb =
-        pl->bf16 && !tiles && p->kt != SDPA_BF16 ? bc * (size_t)bf16_rows_ld(pl, p->Dk) : 0;
+     * dtype into scratch first (P V's exact masked paths do so with the bf16 tiles and
+     * the decode pair too, which otherwise round in registers) */
+    const size_t kb = pl->bf16 && !tiles && !pl->bf16_rows && p->kt != SDPA_BF16
+                          ? bc * (size_t)bf16_rows_ld(pl, p->Dk)
+                          : 0;
     const size_t vb =
         pl->bf16 && forward && p->vt != SDPA_BF16 ? bc * (size_t)bf16_rows_ld(pl, p->Dv) : 0;
     /* paged or quantized K/V: a block gathered or dequantized (fp32 is the widest) */

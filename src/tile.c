@@ -103,9 +103,9 @@ static void round_f16_bf16(const uint16_t *x, int64_t n, uint16_t *out) {
  * the others through the portable loops. Rows at and past src up to row pfrows - 1 (the
  * block's, and past it those the driver's stream goes on to; 0 for scratch rows) are
  * asked for SDPA_PREFETCH_AHEAD bytes of rows ahead of the row being rounded, as the
- * decode kernels ask for rows they read in place: decode in the mode spends its time
- * here when K and V are not bf16 rows in place (docs/PERFORMANCE.md, "bf16 decode over
- * other caches"). */
+ * decode kernels ask for rows they read in place. The mode's operands for the fp32
+ * tiles (a table without the decode pair, which rounds in registers) and for P V's
+ * exact masked paths (docs/PERFORMANCE.md, "bf16 decode over other caches"). */
 static int64_t round_rows_bf16(const plan *pl, int n, int64_t dim, const char *src, int64_t ld,
                                sdpa_dtype dt, uint16_t *dst, int64_t pfrows) {
     const size_t es = sdpa_dtype_size(dt), rowb = (size_t)dim * es;
@@ -300,26 +300,23 @@ static int block_scores(const plan *pl, const rows *it, const scratch *w, const 
                               p->kt, &k.sc, s + (j - j0), pl->lds, pf ? pfn : on ? npf : 0, pf);
             } else {
                 const vrows k = kv_run_rows(pl, it, w, 0, j, len, row);
-                kt->qk_rows(rb - ra, (int)len, (int)p->Dk, p->scale, q, pl->ldq, k.v, k.ld,
-                            k.dt, s + (j - j0), pl->lds, pfn, pf);
+                if (pl->bf16_rows) /* rounded to bf16 in the kernel */
+                    kt->qk_rows_bf16(rb - ra, (int)len, (int)p->Dk, p->scale,
+                                     w->qb + (size_t)ra * (size_t)pl->ldqb, pl->ldqb, k.v, k.ld,
+                                     k.dt, s + (j - j0), pl->lds, pfn, pf);
+                else
+                    kt->qk_rows(rb - ra, (int)len, (int)p->Dk, p->scale, q, pl->ldq, k.v, k.ld,
+                                k.dt, s + (j - j0), pl->lds, pfn, pf);
             }
             j += len;
         }
         return streamed;
     }
-    if (pl->bf16_rows) { /* K rows as bf16: in place, or rounded into scratch */
-        const char *k = kv->v;
-        int64_t ldk = kv->ld;
-        const int own = kv_in_place(pl, 0); /* caller rows, which the stream goes on past */
-        if (kv->dt != SDPA_BF16) {
-            ldk = round_rows_bf16(pl, n, p->Dk, k, ldk, kv->dt, w->kb, own ? n + npf : 0);
-            k = (const char *)w->kb;
-        }
-        const int streamed = k == kv->v && own && npf > 0;
+    if (pl->bf16_rows) { /* K rows in place (or a gathered block), rounded in the kernel */
+        const int streamed = kv_in_place(pl, 0) && npf > 0;
         kt->qk_rows_bf16(rb - ra, n, (int)p->Dk, p->scale, w->qb + (size_t)ra * (size_t)pl->ldqb,
-                         pl->ldqb, (const uint16_t *)(const void *)k, ldk, s, pl->lds,
-                         streamed ? npf : 0);
-        return own && npf > 0;
+                         pl->ldqb, kv->v, kv->ld, kv->dt, s, pl->lds, streamed ? npf : 0, NULL);
+        return streamed;
     }
     if (pl->bf16_tiles) {
         kt->pack_k_bf16(n, (int)p->Dk, kv->v, kv->ld, kv->dt, w->kpb);
@@ -350,6 +347,18 @@ static int block_scores(const plan *pl, const rows *it, const scratch *w, const 
     kt->pack_k(n, (int)p->Dk, k, ldk, dt, w->kp);
     kt->qk(rb - ra, n, (int)p->Dk, p->scale, q, pl->ldq, w->kp, s, pl->lds);
     return 0;
+}
+
+/* Whether V's block at j0 may be read run by run (paged or quantized V, kv_run) rather
+ * than gathered into one block (kv_block): not when masked (pv_block's exact paths take a
+ * block), nor in the bf16 mode unless every run starts an even number of keys after j0,
+ * since pv_rows_bf16 sums key pairs from a call's first key and the bits must be those
+ * of the block in one call: a contiguous cache's runs (KV_RUN_QUANT keys) always, a
+ * paged one's when its pages and j0 are even. */
+_Static_assert(KV_RUN_QUANT % 2 == 0, "bf16 V runs keep the key pairs of one call");
+static int v_runs(const plan *pl, int64_t j0, int masked) {
+    const sdpa_pages *pg = &pl->p.pages;
+    return !masked && (!pl->bf16 || !pg->block_table || (pg->page_size % 2 == 0 && j0 % 2 == 0));
 }
 
 /* P V for rows [ra, rb) of one block of n keys at v (caller memory), after the softmax
@@ -391,8 +400,12 @@ static int block_pv(const plan *pl, const rows *it, const scratch *w, int ra, in
                              &vq.sc, alpha, o, pl->ldo, pf ? pfn : on ? npf : 0, pf);
             } else {
                 const vrows vr = kv_run_rows(pl, it, w, 1, j, len, row);
-                pl->kt->pv(rb - ra, (int)len, Dv, s + (j - j0), pl->lds, vr.v, vr.ld, vr.dt,
-                           alpha, o, pl->ldo, pfn, pf);
+                if (pl->bf16_rows) /* runs an even number of keys apart: v_runs */
+                    pl->kt->pv_rows_bf16(rb - ra, (int)len, Dv, s + (j - j0), pl->lds, vr.v,
+                                         vr.ld, vr.dt, alpha, o, pl->ldo, pfn, pf);
+                else
+                    pl->kt->pv(rb - ra, (int)len, Dv, s + (j - j0), pl->lds, vr.v, vr.ld,
+                               vr.dt, alpha, o, pl->ldo, pfn, pf);
             }
             j += len;
         }
@@ -406,19 +419,12 @@ static int block_pv(const plan *pl, const rows *it, const scratch *w, int ra, in
                         w->o + (size_t)ra * (size_t)pl->ldo, pl->ldo);
         return 0;
     }
-    if (pl->bf16_rows && !masked) { /* V rows as bf16, as block_scores' K */
-        const char *vb = v->v;
-        int64_t ldv = v->ld;
-        const int own = kv_in_place(pl, 1); /* caller rows, as block_scores' K */
-        if (v->dt != SDPA_BF16) {
-            ldv = round_rows_bf16(pl, n, p->Dv, vb, ldv, v->dt, w->vb, own ? n + npf : 0);
-            vb = (const char *)w->vb;
-        }
-        const int streamed = vb == v->v && own && npf > 0;
-        pl->kt->pv_rows_bf16(rb - ra, n, Dv, s, pl->lds, (const uint16_t *)(const void *)vb, ldv,
-                             w->alpha + ra, w->o + (size_t)ra * (size_t)pl->ldo, pl->ldo,
-                             streamed ? npf : 0);
-        return own && npf > 0;
+    if (pl->bf16_rows && !masked) { /* V rows as block_scores' K */
+        const int streamed = kv_in_place(pl, 1) && npf > 0;
+        pl->kt->pv_rows_bf16(rb - ra, n, Dv, s, pl->lds, v->v, v->ld, v->dt, w->alpha + ra,
+                             w->o + (size_t)ra * (size_t)pl->ldo, pl->ldo, streamed ? npf : 0,
+                             NULL);
+        return streamed;
     }
     vrows vr = *v;
     const int own = kv_in_place(pl, 1); /* caller rows, not a gathered block */
@@ -455,9 +461,10 @@ static int heads_step(const plan *pl, const rows *it, const scratch *w, const vr
         rows head = *it;
         head.hk = hk;
         vrows h = kv ? (vrows){kv->v + hk * hstep, kv->ld, kv->dt} : (vrows){NULL, 0, SDPA_F32};
-        if (!kv && which && masked)
+        const int gather = !kv && which && !v_runs(pl, j0, masked);
+        if (gather)
             h = kv_block(pl, &head, w, 1, j0, n);
-        const vrows *hp = kv || (which && masked) ? &h : NULL;
+        const vrows *hp = kv || gather ? &h : NULL;
         streamed &= which ? block_pv(pl, &head, w, a, e, j0, n, hp, masked, npf, warm)
                           : block_scores(pl, &head, w, hp, j0, n, a, e, npf, warm, plain);
     }
@@ -513,9 +520,10 @@ void run_keys(const plan *pl, const rows *it, const scratch *w, int64_t ja, int6
      * gathers or dequantizes each block (kvcache.c) */
     const int kin = kv_in_place(pl, 0), vin = forward && kv_in_place(pl, 1);
     /* paged or quantized K and V run by run where the kernels allow it (kvcache.c): qk_rows
-     * (decode) for K, the unmasked pv for V, not in the bf16 mode (which rounds blocks) */
-    const int kseg = !kin && pl->k_in_place && !pl->bf16;
-    const int vseg = forward && !vin && !pl->bf16;
+     * (decode) for K, the unmasked pv for V (v_runs); in the bf16 mode only through the
+     * decode pair (the fp32 tiles take blocks rounded into scratch) */
+    const int kseg = !kin && pl->k_in_place && (!pl->bf16 || pl->bf16_rows);
+    const int vseg = forward && !vin && (!pl->bf16 || pl->bf16_rows);
     const size_t kes = sdpa_dtype_size(p->kt), ves = vin ? sdpa_dtype_size(p->vt) : 0;
     const char *kbase = kin ? sdpa_kv_row(p, 0, it->b, it->hk, it->seq.kv0, 0) : NULL;
     const char *vbase = vin ? sdpa_kv_row(p, 1, it->b, it->hk, it->seq.kv0, 0) : NULL;
@@ -598,7 +606,7 @@ void run_keys(const plan *pl, const rows *it, const scratch *w, int64_t ja, int6
                           (int)min64(jb - j1, pl->bc), krow);
         if (p->dropout_p != 0.0f)
             dropout_block(pl, it, w, ra, rb, j0, n);
-        const int vpages = vseg && !masked;
+        const int vpages = vseg && v_runs(pl, j0, masked);
         if (!vin && !vpages && !pl->hgroup) /* (heads_step gathers each head's) */
             v = kv_block(pl, it, w, 1, j0, n);
         vahead = pl->hgroup ? heads_step(pl, it, w, vin ? &v : NULL, 1, j0, n, ra, rb, npf,

@@ -55,23 +55,33 @@ static void paged_identical(void) {
     static const int64_t pages[] = {1, 3, 16, 64, 256};
     static const sdpa_dtype dts[] = {SDPA_F32, SDPA_F16, SDPA_BF16, SDPA_I8, SDPA_FP8_E4M3,
                                      SDPA_I4};
-    /* decode with GQA and kv_lens; chunked prefill (bottom-right causal); a window */
+    /* decode with GQA and kv_lens; chunked prefill (bottom-right causal); a window; decode
+     * in a window whose first key is odd (the bf16 decode pair sums V's keys in pairs from
+     * a call's first: pages of odd size, or even pages from an odd key, are read as one
+     * gathered block, tile.c v_runs) */
     static const sc_case shapes[] = {
         {.B = 3, .Hq = 8, .Hkv = 2, .Tq = 1, .Tkv = 300, .Dk = 64, .Dv = 64, .lens = SC_LENS_KV},
         {.B = 2, .Hq = 4, .Hkv = 4, .Tq = 37, .Tkv = 200, .Dk = 32, .Dv = 48, .causal = 1},
         {.B = 1, .Hq = 2, .Hkv = 1, .Tq = 20, .Tkv = 333, .Dk = 32, .Dv = 32, .causal = 1,
          .window = 1, .wl = 70, .layout = SC_BTHD},
+        {.B = 2, .Hq = 4, .Hkv = 1, .Tq = 1, .Tkv = 333, .Dk = 64, .Dv = 32, .causal = 1,
+         .window = 1, .wl = 71},
     };
+    /* fp32 compute, then the bf16 mode on the decode shapes (chunked prefill's with
+     * 16-token pages in the first pass) */
+    for (int bf = 0; bf < 2; bf++)
     for (int s = 0; s < N(shapes); s++)
         for (int d = 0; d < N(dts); d++)
             for (int pg = 0; pg < N(pages); pg++) {
-                if (th_quick && (pg + d + s) % 3 != 0) /* --quick: a third, every size seen */
+                if (th_quick && (pg + d + s + bf) % 3 != 0) /* --quick: a third */
+                    continue;
+                if (bf && shapes[s].Tq > 1)
                     continue;
                 sc_case c = shapes[s];
                 c.dt[1] = c.dt[2] = dts[d];
                 c.qgroup = (d + pg) % 2 ? 0 : 16;
-                c.seed = seed_of(s, d, pg);
-                c.compute = pg == 2 && s == 1 ? SDPA_COMPUTE_BF16 : SDPA_COMPUTE_F32;
+                c.seed = seed_of(s, d, pg) + (uint64_t)bf;
+                c.compute = bf || (pg == 2 && s == 1) ? SDPA_COMPUTE_BF16 : SDPA_COMPUTE_F32;
                 if (skip_case(&c))
                     continue;
                 if (s == 2 && pg % 2)

@@ -905,17 +905,19 @@ static void test_pv_bf16(void) {
         }
 }
 
-/* The bf16 decode pair (qk_rows_bf16, pv_rows_bf16) on bf16 rows read in place, checked
- * as qk_bf16 / pv_bf16 above: against double sums of the mode's operands with the same
- * bounds; nothing written outside S[m][n] / O[m][dv]; Qb past round_up(dk, 32), P past
- * n and O past dv hold NaN or sentinels; a row's results the same bits when the call
- * covers rows [1, m); the first call told its stream goes on (npf, prefetched past the
- * guard page, never read). */
-static void check_qk_rows_bf16(int m, int n, int dk, int64_t ldk, float scale) {
+/* The bf16 decode pair (qk_rows_bf16, pv_rows_bf16) on rows read in place, stored as dt
+ * (f32 and f16 rounded in the kernel), checked as qk_bf16 / pv_bf16 above: against
+ * double sums of the mode's operands with the same bounds; nothing written outside
+ * S[m][n] / O[m][dv]; Qb past round_up(dk, 32), P past n and O past dv hold NaN or
+ * sentinels; a row's results the same bits when the call covers rows [1, m); the first
+ * call told its stream goes on (npf, prefetched past the guard page, never read), the
+ * second given the rows of a paged cache's next run (pf: the same rows, only
+ * prefetched). */
+static void check_qk_rows_bf16(int m, int n, int dk, int64_t ldk, float scale, sdpa_dtype dt) {
     const int dkp = (int)rup((size_t)dk, 32), ldq = dkp + (m % 3 == 1 ? 32 : 0);
     const int lds = (int)rup((size_t)n, 16);
     float *kx = malloc((size_t)n * (size_t)dk * sizeof(float));
-    const uint16_t *k = caller_rows(n, dk, ldk, SDPA_BF16, kx);
+    const void *k = caller_rows(n, dk, ldk, dt, kx);
     const size_t qn = (size_t)m * (size_t)ldq, sn = (size_t)m * (size_t)lds;
     uint16_t *q = scratch_u16(qn + (qn & 1));
     for (int r = 0; r < m; r++)
@@ -925,9 +927,9 @@ static void check_qk_rows_bf16(int m, int n, int dk, int64_t ldk, float scale) {
                 d < dk ? sdpa_f32_to_bf16(x) : d < dkp ? 0 : 0x7fc1;
         }
     float *s = scratch_alloc(sn), *s2 = scratch_alloc(sn);
-    kt->qk_rows_bf16(m, n, dk, scale, q, ldq, k, ldk, s, lds, 4096);
+    kt->qk_rows_bf16(m, n, dk, scale, q, ldq, k, ldk, dt, s, lds, 4096, NULL);
     if (m > 1)
-        kt->qk_rows_bf16(m - 1, n, dk, scale, q + ldq, ldq, k, ldk, s2 + lds, lds, 0);
+        kt->qk_rows_bf16(m - 1, n, dk, scale, q + ldq, ldq, k, ldk, dt, s2 + lds, lds, n, k);
     int bad = 0, spill = 0, band = 0;
     double worst = 0;
     for (int r = 0; r < m; r++)
@@ -944,11 +946,11 @@ static void check_qk_rows_bf16(int m, int n, int dk, int64_t ldk, float scale) {
             double exact = 0, mag = 0, lost = 0;
             for (int d = 0; d < dk; d++) {
                 const float qd = sdpa_bf16_to_f32(q[(size_t)r * (size_t)ldq + (size_t)d]);
-                const float kd = kx[(size_t)j * (size_t)dk + (size_t)d];
+                const float kraw = kx[(size_t)j * (size_t)dk + (size_t)d], kd = bf16r(kraw);
                 const double t = (double)qd * (double)kd;
                 exact += t;
                 mag += fabs(t);
-                if (flushable(qd) || flushable(kd))
+                if (flushable(qd) || flushable(kraw))
                     lost += fabs(t);
             }
             const double as = fabs((double)scale);
@@ -962,8 +964,8 @@ static void check_qk_rows_bf16(int m, int n, int dk, int64_t ldk, float scale) {
     for (int j = 0; j < lds; j++)
         spill |= !is_sentinel(s2[j]);
     spill |= !guards_intact(s, sn) || !guards_intact(s2, sn) || !guards_intact_u16(q, qn + (qn & 1));
-    CHECK(!bad, "%s qk_rows_bf16 m=%d n=%d dk=%d ldk=%lld: an element is off (worst %.3g of "
-          "|q||k|)", kt->name, m, n, dk, (long long)ldk, worst);
+    CHECK(!bad, "%s qk_rows_bf16 m=%d n=%d dk=%d ldk=%lld %s: an element is off (worst %.3g "
+          "of |q||k|)", kt->name, m, n, dk, (long long)ldk, dtype_name(dt), worst);
     CHECK(!spill, "%s qk_rows_bf16 m=%d n=%d dk=%d: wrote outside S[m][n]", kt->name, m, n, dk);
     CHECK(!band, "%s qk_rows_bf16 m=%d n=%d dk=%d: a row's scores change with the rows sharing "
           "the call", kt->name, m, n, dk);
@@ -974,11 +976,11 @@ static void check_qk_rows_bf16(int m, int n, int dk, int64_t ldk, float scale) {
     free(kx);
 }
 
-static void check_pv_rows_bf16(int m, int n, int dv, int64_t ldv, int rescale) {
+static void check_pv_rows_bf16(int m, int n, int dv, int64_t ldv, int rescale, sdpa_dtype dt) {
     const int ldp = (int)rup((size_t)n, 16), ldo = (int)rup((size_t)dv, 16);
     const size_t on = (size_t)m * (size_t)ldo;
     float *vx = malloc((size_t)n * (size_t)dv * sizeof(float));
-    const uint16_t *v = caller_rows(n, dv, ldv, SDPA_BF16, vx);
+    const void *v = caller_rows(n, dv, ldv, dt, vx);
     float *p = scratch_alloc((size_t)m * (size_t)ldp);
     float *o = scratch_alloc(on), *o2 = scratch_alloc(on), *o0 = malloc(on * sizeof(float));
     float *alpha = scratch_alloc((size_t)m);
@@ -993,9 +995,10 @@ static void check_pv_rows_bf16(int m, int n, int dv, int64_t ldv, int rescale) {
     memcpy(o0, o, on * sizeof(float));
     memcpy(o2, o, on * sizeof(float));
     const float *al = rescale ? alpha : NULL;
-    kt->pv_rows_bf16(m, n, dv, p, ldp, v, ldv, al, o, ldo, 4096);
+    kt->pv_rows_bf16(m, n, dv, p, ldp, v, ldv, dt, al, o, ldo, 4096, NULL);
     if (m > 1)
-        kt->pv_rows_bf16(m - 1, n, dv, p + ldp, ldp, v, ldv, al ? al + 1 : NULL, o2 + ldo, ldo, 0);
+        kt->pv_rows_bf16(m - 1, n, dv, p + ldp, ldp, v, ldv, dt, al ? al + 1 : NULL, o2 + ldo,
+                         ldo, n, v);
     int band = !same_bits(o2, o0, ldo), spill = 0, bad = 0;
     for (int r = 1; r < m; r++)
         band |= !same_bits(o2 + (size_t)r * (size_t)ldo, o + (size_t)r * (size_t)ldo, dv);
@@ -1013,7 +1016,7 @@ static void check_pv_rows_bf16(int m, int n, int dv, int64_t ldv, int rescale) {
             for (int j = 0; j < n; j++) {
                 const float pj = p[(size_t)r * (size_t)ldp + (size_t)j];
                 const float vj = vx[(size_t)j * (size_t)dv + (size_t)d];
-                const double t = (double)bf16r(pj) * (double)vj;
+                const double t = (double)bf16r(pj) * (double)bf16r(vj);
                 exact += t;
                 mag += fabs(t);
                 if (flushable(pj) || flushable(vj))
@@ -1027,9 +1030,9 @@ static void check_pv_rows_bf16(int m, int n, int dv, int64_t ldv, int rescale) {
         }
     spill |= !guards_intact(o, on) || !guards_intact(o2, on) ||
              !guards_intact(p, (size_t)m * (size_t)ldp) || !guards_intact(alpha, (size_t)m);
-    CHECK(!bad, "%s pv_rows_bf16 m=%d n=%d dv=%d ldv=%lld alpha=%s: an element is off (worst "
-          "%.3g of sum |p||v|)", kt->name, m, n, dv, (long long)ldv, rescale ? "yes" : "NULL",
-          worst);
+    CHECK(!bad, "%s pv_rows_bf16 m=%d n=%d dv=%d ldv=%lld alpha=%s %s: an element is off "
+          "(worst %.3g of sum |p||v|)", kt->name, m, n, dv, (long long)ldv,
+          rescale ? "yes" : "NULL", dtype_name(dt), worst);
     CHECK(!spill, "%s pv_rows_bf16 m=%d n=%d dv=%d: wrote outside O[m][dv]", kt->name, m, n, dv);
     CHECK(!band, "%s pv_rows_bf16 m=%d n=%d dv=%d: a row's output changes with the rows sharing "
           "the call", kt->name, m, n, dv);
@@ -1044,23 +1047,26 @@ static void check_pv_rows_bf16(int m, int n, int dv, int64_t ldv, int rescale) {
 
 /* Every row count of decode's items (up to 16, QK_ROWS_MAX) against key counts around
  * the vector, pair and block edges (odd ones leave a key without its pair) and past the
- * 64-key piece of pv_rows_bf16's P, at every bf16 head dim. */
+ * 64-key piece of pv_rows_bf16's P, at every bf16 head dim, each storage type. */
 static void test_rows_bf16(void) {
     static const int ms[] = {1, 2, 3, 4, 5, 7, 8, 9, 12, 16, 17};
     static const int ns[] = {1, 2, 3, 15, 16, 17, 31, 33, 63, 64, 65, 130};
+    static const sdpa_dtype dts[] = {SDPA_BF16, SDPA_F32, SDPA_F16};
     for (int i = 0; i < N(ms); i++)
         for (int j = 0; j < N(ns); j++) {
             const int d = bf16_dims[(i + j) % N(bf16_dims)];
-            check_qk_rows_bf16(ms[i], ns[j], d, d + (j & 1) * 3, 0.25f);
-            check_pv_rows_bf16(ms[i], ns[j], d, d + (i & 1) * 5, (i + j) & 1);
+            const sdpa_dtype dt = dts[(i + 2 * j) % N(dts)];
+            check_qk_rows_bf16(ms[i], ns[j], d, d + (j & 1) * 3, 0.25f, dt);
+            check_pv_rows_bf16(ms[i], ns[j], d, d + (i & 1) * 5, (i + j) & 1, dt);
         }
-    for (int a = 0; a < N(bf16_dims); a++) {
-        const int d = bf16_dims[a];
-        check_qk_rows_bf16(4, 64, d, d, 1.0f / sqrtf((float)d));
-        check_qk_rows_bf16(8, 33, d, d + 7, 1.0f / sqrtf((float)d));
-        check_pv_rows_bf16(4, 64, d, d, 1);
-        check_pv_rows_bf16(8, 33, d, d + 7, 0);
-    }
+    for (int a = 0; a < N(bf16_dims); a++)
+        for (int t = 0; t < N(dts); t++) {
+            const int d = bf16_dims[a];
+            check_qk_rows_bf16(4, 64, d, d, 1.0f / sqrtf((float)d), dts[t]);
+            check_qk_rows_bf16(8, 33, d, d + 7, 1.0f / sqrtf((float)d), dts[t]);
+            check_pv_rows_bf16(4, 64, d, d, 1, dts[t]);
+            check_pv_rows_bf16(8, 33, d, d + 7, 0, dts[t]);
+        }
 }
 
 /* pack_q_bf16 on one row of every storage type at every bf16 head dim, the row holding

@@ -278,27 +278,37 @@ static void avx512bf16_pv_bf16(int m, int n, int dv, const float *p, int ldp,
 
 /* ---- decode: qk_rows_bf16, pv_rows_bf16 ------------------------------------------ */
 
-/* Elements [d0, d0 + 32) of a bf16 row of nd elements in all, as 16 pairs, zero past nd
- * (a masked load: the row is caller memory, read only up to its last element). */
-ALWAYS_INLINE __m512i row_pairs(const uint16_t *row, int d0, int nd) {
-    if (d0 + 32 <= nd)
-        return _mm512_loadu_si512(row + d0);
-    return _mm512_maskz_loadu_epi16((__mmask32)((1u << (nd - d0)) - 1u), row + d0);
+/* Elements [d0, d0 + 32) of a row of nd elements in all, stored as dt, as 16 bf16 pairs,
+ * zero past nd: bf16 loaded as stored, f32 and f16 rounded in registers as pack_q_bf16
+ * rounds them (bf16.h, row_bf16x32). The row is caller memory, read only up to its last
+ * element. */
+ALWAYS_INLINE __m512i row_pairs(const char *row, int d0, int nd, sdpa_dtype dt) {
+    if (dt == SDPA_BF16 && d0 + 32 <= nd)
+        return _mm512_loadu_si512((const uint16_t *)(const void *)row + d0);
+    return row_bf16x32(row, d0, min_int(32, nd - d0), dt);
+}
+
+/* Rows [from, to) of a stream, below row lim, at base, ldb bytes apart, rowb bytes
+ * each, asked for (kernels/simd.h, prefetch_row). */
+ALWAYS_INLINE void prefetch_rows(const char *base, size_t ldb, size_t rowb, int from, int to,
+                                 int lim) {
+    for (int j = from; j < to && j < lim; j++)
+        prefetch_row(base + (size_t)j * ldb, rowb);
 }
 
 /* R rows x NK keys (1 or 2) of qk_rows_bf16's products, over the dims in 32-element
  * steps: 2 R accumulators, 2 K vectors, 1 Q vector; the partial sums go to t[r VL + 0 or
  * 1] for the tree. Qb is zero from dk to round_up(dk, 32) and the K vectors past dk are
  * loaded as zero, so the last step adds exact zeros. */
-ALWAYS_INLINE void qkrb_keys(const int R, const int NK, int dk, const uint16_t *q, int ldq,
-                             const uint16_t *k0, const uint16_t *k1, vf *t) {
+ALWAYS_INLINE void qkrb_keys(const int R, const int NK, sdpa_dtype dt, int dk, const uint16_t *q,
+                             int ldq, const char *k0, const char *k1, vf *t) {
     vf c0[QKRB_ROWS_MAX], c1[QKRB_ROWS_MAX];
     UNROLL_FULL
     for (int r = 0; r < R; r++)
         c0[r] = c1[r] = v_zero();
     for (int d0 = 0; d0 < dk; d0 += 32) {
-        const __m512bh x0 = (__m512bh)row_pairs(k0, d0, dk);
-        const __m512bh x1 = NK > 1 ? (__m512bh)row_pairs(k1, d0, dk) : x0;
+        const __m512bh x0 = (__m512bh)row_pairs(k0, d0, dk, dt);
+        const __m512bh x1 = NK > 1 ? (__m512bh)row_pairs(k1, d0, dk, dt) : x0;
         UNROLL_FULL
         for (int r = 0; r < R; r++) {
             /* pinned: folded into both vdpbf16ps the Q load would be issued twice */
@@ -319,29 +329,35 @@ ALWAYS_INLINE void qkrb_keys(const int R, const int NK, int dk, const uint16_t *
 /* S[0..R)[0..n) of qk_rows_bf16, as kernels/x86/tiles.h's qkr_rows does it in fp32: VL
  * keys at a time, a pair of adjacent K rows per pass over the dims, each key's partial
  * sums reduced by the tree of reduce.h (a score is one vdpbf16ps chain over the dims,
- * then the fixed tree, whatever R: a row's bits do not depend on the other rows), the
- * rows SDPA_PREFETCH_AHEAD bytes ahead prefetched, within the call and into the npf
- * rows after it. */
-ALWAYS_INLINE void qkrb_rows(const int R, int n, int dk, float scale, const uint16_t *q,
-                             int ldq, const uint16_t *k, int64_t ldk, float *s, int lds,
-                             int npf) {
-    const size_t rowb = 2 * (size_t)dk;
+ * then the fixed tree, whatever R: a row's bits do not depend on the other rows). K's
+ * rows (ldkb bytes apart) are prefetched SDPA_PREFETCH_AHEAD bytes ahead within the call
+ * and into the npf rows after it, or with pf (a paged cache's next run) row j of pf
+ * while on row j. */
+ALWAYS_INLINE void qkrb_rows(const int R, sdpa_dtype dt, int n, int dk, float scale,
+                             const uint16_t *q, int ldq, const char *k, size_t ldkb, float *s,
+                             int lds, int npf, const char *pf) {
+    const size_t rowb = elem_bytes(dt) * (size_t)dk;
     const int ahead = (int)(SDPA_PREFETCH_AHEAD / rowb) + 1;
     const int pfend = n + min_int(npf, ahead);
     const vf vs = v_set1(scale);
     vf t[QKRB_ROWS_MAX * VL];
     for (int j0 = 0; j0 < n; j0 += VL) {
         const int nk = min_int(VL, n - j0);
-        const uint16_t *ks = k + (size_t)j0 * (size_t)ldk;
+        const char *ks = k + (size_t)j0 * ldkb;
         int jj = 0;
         for (; jj + 2 <= nk; jj += 2) {
-            for (int pj = jj + ahead; pj < jj + ahead + 2 && j0 + pj < pfend; pj++)
-                prefetch_row((const char *)(ks + (size_t)pj * (size_t)ldk), rowb);
-            qkrb_keys(R, 2, dk, q, ldq, ks + (size_t)jj * (size_t)ldk,
-                      ks + (size_t)(jj + 1) * (size_t)ldk, t + jj);
+            if (pf)
+                prefetch_rows(pf, ldkb, rowb, j0 + jj, j0 + jj + 2, npf);
+            else
+                prefetch_rows(k, ldkb, rowb, j0 + jj + ahead, j0 + jj + ahead + 2, pfend);
+            qkrb_keys(R, 2, dt, dk, q, ldq, ks + (size_t)jj * ldkb, ks + (size_t)(jj + 1) * ldkb,
+                      t + jj);
         }
-        if (jj < nk)
-            qkrb_keys(R, 1, dk, q, ldq, ks + (size_t)jj * (size_t)ldk, NULL, t + jj);
+        if (jj < nk) {
+            if (pf)
+                prefetch_rows(pf, ldkb, rowb, j0 + jj, j0 + jj + 1, npf);
+            qkrb_keys(R, 1, dt, dk, q, ldq, ks + (size_t)jj * ldkb, NULL, t + jj);
+        }
         for (jj += jj < nk; jj < VL; jj++)
             UNROLL_FULL
             for (int r = 0; r < R; r++)
@@ -352,28 +368,44 @@ ALWAYS_INLINE void qkrb_rows(const int R, int n, int dk, float scale, const uint
     }
 }
 
-#define QKRB_ARGS                                                                           \
-    int n, int dk, float scale, const uint16_t *q, int ldq, const uint16_t *k, int64_t ldk, \
-        float *s, int lds, int npf
-#define QKRB_CALL n, dk, scale, q, ldq, k, ldk, s, lds, npf
+/* qkrb_rows with the storage type as a constant (the types qk_rows_bf16 reads). */
+#define QKRB_DT(DT) qkrb_rows(R, DT, n, dk, scale, q, ldq, (const char *)k, ldkb, s, lds, npf, pf)
+ALWAYS_INLINE void qkrb_rows_dt(const int R, int n, int dk, float scale, const uint16_t *q,
+                                int ldq, const void *k, size_t ldkb, sdpa_dtype dt, float *s,
+                                int lds, int npf, const char *pf) {
+    switch (dt) {
+    case SDPA_F32: QKRB_DT(SDPA_F32); return;
+    case SDPA_F16: QKRB_DT(SDPA_F16); return;
+    default: /* SDPA_BF16 */ QKRB_DT(SDPA_BF16); return;
+    }
+}
+#undef QKRB_DT
+
+#define QKRB_ARGS                                                                        \
+    int n, int dk, float scale, const uint16_t *q, int ldq, const void *k, size_t ldkb,  \
+        sdpa_dtype dt, float *s, int lds, int npf, const char *pf
+#define QKRB_CALL n, dk, scale, q, ldq, k, ldkb, dt, s, lds, npf, pf
 /* The qk_rows_bf16 register tiles, one per row count (tiles.h's qkr_Rrows convention):
  * qkrb_Rrows holds 2 R accumulators + 2 K vectors + 1 Q vector; per 32 dims of a key
- * pair, 2 K loads and R Q loads feed 2 R vdpbf16ps. qkrb_8rows: 19 of 32 registers, a
+ * pair, 2 K loads (f32: 4 loads and 2 vcvtne2ps2bf16; f16: 4 loads, 4 vcvtph2ps and 2
+ * vcvtne2ps2bf16) and R Q loads feed 2 R vdpbf16ps. qkrb_8rows: 19 of 32 registers, a
  * GQA group of 8 heads in one pass over K. */
-TILE void qkrb_1row(QKRB_ARGS) { qkrb_rows(1, QKRB_CALL); }
-TILE void qkrb_2rows(QKRB_ARGS) { qkrb_rows(2, QKRB_CALL); }
-TILE void qkrb_3rows(QKRB_ARGS) { qkrb_rows(3, QKRB_CALL); }
-TILE void qkrb_4rows(QKRB_ARGS) { qkrb_rows(4, QKRB_CALL); }
-TILE void qkrb_5rows(QKRB_ARGS) { qkrb_rows(5, QKRB_CALL); }
-TILE void qkrb_6rows(QKRB_ARGS) { qkrb_rows(6, QKRB_CALL); }
-TILE void qkrb_7rows(QKRB_ARGS) { qkrb_rows(7, QKRB_CALL); }
-TILE void qkrb_8rows(QKRB_ARGS) { qkrb_rows(8, QKRB_CALL); }
+TILE void qkrb_1row(QKRB_ARGS) { qkrb_rows_dt(1, QKRB_CALL); }
+TILE void qkrb_2rows(QKRB_ARGS) { qkrb_rows_dt(2, QKRB_CALL); }
+TILE void qkrb_3rows(QKRB_ARGS) { qkrb_rows_dt(3, QKRB_CALL); }
+TILE void qkrb_4rows(QKRB_ARGS) { qkrb_rows_dt(4, QKRB_CALL); }
+TILE void qkrb_5rows(QKRB_ARGS) { qkrb_rows_dt(5, QKRB_CALL); }
+TILE void qkrb_6rows(QKRB_ARGS) { qkrb_rows_dt(6, QKRB_CALL); }
+TILE void qkrb_7rows(QKRB_ARGS) { qkrb_rows_dt(7, QKRB_CALL); }
+TILE void qkrb_8rows(QKRB_ARGS) { qkrb_rows_dt(8, QKRB_CALL); }
 
 /* The contract's qk_rows_bf16, in passes of 8 rows (each reads K once), the last with
  * the rows left: 1..8, so the default cannot be reached. */
 static void avx512bf16_qk_rows_bf16(int m, int n, int dk, float scale, const uint16_t *q0,
-                                    int ldq, const uint16_t *k, int64_t ldk, float *s0, int lds,
-                                    int npf) {
+                                    int ldq, const void *k, int64_t ldk, sdpa_dtype dt,
+                                    float *s0, int lds, int npf, const void *pfv) {
+    const size_t ldkb = (size_t)ldk * elem_bytes(dt);
+    const char *pf = (const char *)pfv;
     for (int r0 = 0; r0 < m; r0 += QKRB_ROWS_MAX) {
         const uint16_t *q = q0 + (size_t)r0 * (size_t)ldq;
         float *s = s0 + (size_t)r0 * (size_t)lds;
@@ -419,23 +451,30 @@ typedef struct {
     int n;               /* keys */
     const uint16_t *pb;  /* P as bf16 pairs, rows ldpb elements apart, zero past n */
     int ldpb;
-    const uint16_t *v;   /* V's key 0, column c0; rows ldv elements apart */
-    int64_t ldv;
+    const char *v;       /* V's key 0, column c0; rows ldvb bytes apart, stored as dt */
+    size_t ldvb;
+    sdpa_dtype dt;
     int nc;              /* columns of V from c0 to dv (> 0) */
     const float *alpha;  /* per row, or NULL */
     float *o;            /* O's column c0 of row 0, rows ldo apart */
     int ldo;
-    int pf, pfend;       /* prefetch the V row pf keys ahead, below key pfend (0: none) */
-    size_t rowb;         /* ... whole rows of this many bytes */
+    const char *vrow;    /* V's key 0, column 0: the rows prefetched ahead */
+    int pfend;           /* ... below this key */
+    const char *pf;      /* or, a paged cache's next run: row j of it while on key j ... */
+    int pfn;             /* ... below this row (from this piece's first key) */
+    size_t rowb;         /* whole rows of this many bytes */
 } pvrb_args;
 
 /* O[0..MR)[c0 .. c0 + 32 NS) = alpha O + bf16(P) V over the chunk's keys, a pair
  * (j, j + 1) at a time (the missing V row of an odd last key read as zero, its P pair's
  * second half being zero), O's tile in registers for the whole loop. Per key pair: 2 NS
- * V loads and 2 NS vpunpck, MR P-pair broadcasts, 2 MR NS vdpbf16ps. Columns past nc are
- * loaded as zero and never stored. */
-ALWAYS_INLINE void pvrb_tile(const int MRMAX, const int MR, const int NS, const pvrb_args *a,
-                             const uint16_t *pb, const float *alpha, float *o, int pf) {
+ * V loads (f32: 4 NS loads and 2 NS vcvtne2ps2bf16, f16 also 4 NS vcvtph2ps) and 2 NS
+ * vpunpck, MR P-pair broadcasts, 2 MR NS vdpbf16ps. Columns past nc are loaded as zero
+ * and never stored. pf: the V row pf keys ahead is prefetched (0: none), or a->pf's rows
+ * in step. */
+ALWAYS_INLINE void pvrb_tile(const int MRMAX, const int MR, const int NS, sdpa_dtype dt,
+                             const pvrb_args *a, const uint16_t *pb, const float *alpha,
+                             float *o, int pf) {
     if (MR > MRMAX) /* a switch arm the tile never takes (pvrb_row_tiles) */
         return;
     vf acc[PVRB_ACC_MAX];
@@ -455,14 +494,15 @@ ALWAYS_INLINE void pvrb_tile(const int MRMAX, const int MR, const int NS, const 
     }
     const int n = a->n;
     for (int j = 0; j < n; j += 2) {
-        const uint16_t *v0 = a->v + (size_t)j * (size_t)a->ldv;
-        if (pf > 0)
-            for (int pj = j + pf; pj < j + pf + 2 && pj < a->pfend; pj++)
-                prefetch_row((const char *)(a->v + (size_t)pj * (size_t)a->ldv), a->rowb);
+        const char *v0 = a->v + (size_t)j * a->ldvb;
+        if (pf > 0 && a->pf)
+            prefetch_rows(a->pf, a->ldvb, a->rowb, j, j + 2, a->pfn);
+        else if (pf > 0)
+            prefetch_rows(a->vrow, a->ldvb, a->rowb, j + pf, j + pf + 2, a->pfend);
         UNROLL_FULL
         for (int sl = 0; sl < NS; sl++) {
-            const __m512i x0 = row_pairs(v0, 32 * sl, a->nc);
-            const __m512i x1 = j + 1 < n ? row_pairs(v0 + a->ldv, 32 * sl, a->nc)
+            const __m512i x0 = row_pairs(v0, 32 * sl, a->nc, dt);
+            const __m512i x1 = j + 1 < n ? row_pairs(v0 + a->ldvb, 32 * sl, a->nc, dt)
                                          : _mm512_setzero_si512();
             const __m512bh lo = (__m512bh)_mm512_unpacklo_epi16(x0, x1);
             const __m512bh hi = (__m512bh)_mm512_unpackhi_epi16(x0, x1);
@@ -485,27 +525,36 @@ ALWAYS_INLINE void pvrb_tile(const int MRMAX, const int MR, const int NS, const 
 }
 
 /* All m rows of a chunk in tiles of MR rows, the last with the rows left (1..MR: the
- * default cannot be reached); each tile prefetches whole rows ahead, as avx512's pv
- * tiles each prefetch their columns (first tile only: decode-long-bf16 4% slower on 2
- * threads, docs/PERFORMANCE.md "bf16 decode"). */
-ALWAYS_INLINE void pvrb_row_tiles(const int MR, const int NS, int m, const pvrb_args *a, int pf) {
+ * default cannot be reached), V's storage type a constant; each tile prefetches whole
+ * rows ahead, as avx512's pv tiles each prefetch their columns (first tile only:
+ * decode-long-bf16 4% slower on 2 threads, docs/PERFORMANCE.md "bf16 decode"). */
+ALWAYS_INLINE void pvrb_row_tiles_dt(const int MR, const int NS, sdpa_dtype dt, int m,
+                                     const pvrb_args *a, int pf) {
     for (int r0 = 0; r0 < m; r0 += MR) {
         const uint16_t *pb = a->pb + (size_t)r0 * (size_t)a->ldpb;
         const float *alpha = a->alpha ? a->alpha + r0 : NULL;
         float *o = a->o + (size_t)r0 * (size_t)a->ldo;
         switch (min_int(MR, m - r0)) {
-        case 1: pvrb_tile(MR, 1, NS, a, pb, alpha, o, pf); continue;
-        case 2: pvrb_tile(MR, 2, NS, a, pb, alpha, o, pf); continue;
-        case 3: pvrb_tile(MR, 3, NS, a, pb, alpha, o, pf); continue;
+        case 1: pvrb_tile(MR, 1, NS, dt, a, pb, alpha, o, pf); continue;
+        case 2: pvrb_tile(MR, 2, NS, dt, a, pb, alpha, o, pf); continue;
+        case 3: pvrb_tile(MR, 3, NS, dt, a, pb, alpha, o, pf); continue;
         default: __builtin_unreachable();
         }
+    }
+}
+ALWAYS_INLINE void pvrb_row_tiles(const int MR, const int NS, int m, const pvrb_args *a, int pf) {
+    switch (a->dt) {
+    case SDPA_F32: pvrb_row_tiles_dt(MR, NS, SDPA_F32, m, a, pf); return;
+    case SDPA_F16: pvrb_row_tiles_dt(MR, NS, SDPA_F16, m, a, pf); return;
+    default: /* SDPA_BF16 */ pvrb_row_tiles_dt(MR, NS, SDPA_BF16, m, a, pf); return;
     }
 }
 
 /* The pv_rows_bf16 register tiles: 3 rows x NS slices of 32 columns, 2 accumulators a
  * slice (lo, hi: the vectors of 16 columns). pvrb_3x8v: 24 accumulators + 2 V rows'
- * slice + 1 P-pair broadcast = 27 of 32 (the unpacked pair overwrites the loads); per key
- * pair 8 loads, 8 vpunpck, 3 broadcasts, 24 vdpbf16ps, for 64 multiply-adds each. */
+ * slice + 1 P-pair broadcast = 27 of 32 (the unpacked pair overwrites the loads; f32 and
+ * f16 rows pass through 2 more for their halves before rounding); per key pair 8 loads,
+ * 8 vpunpck, 3 broadcasts, 24 vdpbf16ps, for 64 multiply-adds each. */
 TILE void pvrb_3x2v(int m, const pvrb_args *a, int pf) { pvrb_row_tiles(3, 1, m, a, pf); }
 TILE void pvrb_3x4v(int m, const pvrb_args *a, int pf) { pvrb_row_tiles(3, 2, m, a, pf); }
 TILE void pvrb_3x6v(int m, const pvrb_args *a, int pf) { pvrb_row_tiles(3, 3, m, a, pf); }
@@ -515,14 +564,15 @@ TILE void pvrb_3x8v(int m, const pvrb_args *a, int pf) { pvrb_row_tiles(3, 4, m,
  * PB_KEYS keys at a time (p_rows_bf16 of bf16.h, the same rounding as pv_bf16), then
  * Dv in chunks of up to 128 columns, each by pvrb tiles over the piece's keys; a call of
  * more than PB_KEYS keys is summed a piece at a time through O (alpha before the first).
- * V rows are read in place, whole rows prefetched SDPA_PREFETCH_AHEAD bytes ahead by the
- * tiles of the first chunk. */
+ * V rows are read in place, whole rows prefetched SDPA_PREFETCH_AHEAD bytes ahead (or
+ * pf's rows in step) by the tiles of the first chunk. */
 static void avx512bf16_pv_rows_bf16(int m, int n, int dv, const float *p, int ldp,
-                                    const uint16_t *v, int64_t ldv, const float *alpha, float *o,
-                                    int ldo, int npf) {
+                                    const void *v, int64_t ldv, sdpa_dtype dt,
+                                    const float *alpha, float *o, int ldo, int npf,
+                                    const void *pf) {
     enum { PB_ROWS = 16, PB_KEYS = 64 };
     _Alignas(64) uint16_t pb[PB_ROWS * PB_KEYS];
-    const size_t rowb = 2 * (size_t)dv;
+    const size_t es = elem_bytes(dt), rowb = es * (size_t)dv, ldvb = (size_t)ldv * es;
     const int ahead = (int)(SDPA_PREFETCH_AHEAD / rowb) + 1;
     for (int r0 = 0; r0 < m; r0 += PB_ROWS) {
         const int rows = min_int(PB_ROWS, m - r0);
@@ -530,19 +580,21 @@ static void avx512bf16_pv_rows_bf16(int m, int n, int dv, const float *p, int ld
             const int kc = min_int(PB_KEYS, n - j0);
             p_rows_bf16(rows, kc, round_up_int(kc, 32), p + (size_t)r0 * (size_t)ldp + j0, ldp,
                         pb, PB_KEYS);
+            const char *vj = (const char *)v + (size_t)j0 * ldvb;
             for (int c0 = 0; c0 < dv; c0 += 128) {
                 const pvrb_args a = {
-                    .n = kc, .pb = pb, .ldpb = PB_KEYS,
-                    .v = v + (size_t)j0 * (size_t)ldv + (size_t)c0, .ldv = ldv, .nc = dv - c0,
-                    .alpha = j0 == 0 && alpha ? alpha + r0 : NULL,
-                    .o = o + (size_t)r0 * (size_t)ldo + c0, .ldo = ldo,
-                    .pfend = n - j0 + min_int(npf, ahead), .rowb = rowb};
-                const int pf = c0 == 0 ? ahead : 0;
+                    .n = kc, .pb = pb, .ldpb = PB_KEYS, .v = vj + (size_t)c0 * es, .ldvb = ldvb,
+                    .dt = dt, .nc = dv - c0, .alpha = j0 == 0 && alpha ? alpha + r0 : NULL,
+                    .o = o + (size_t)r0 * (size_t)ldo + c0, .ldo = ldo, .vrow = vj,
+                    .pfend = n - j0 + min_int(npf, ahead),
+                    .pf = pf ? (const char *)pf + (size_t)j0 * ldvb : NULL, .pfn = npf - j0,
+                    .rowb = rowb};
+                const int on = c0 == 0 ? ahead : 0;
                 switch (min_int(4, (dv - c0 + 31) / 32)) {
-                case 1: pvrb_3x2v(rows, &a, pf); continue;
-                case 2: pvrb_3x4v(rows, &a, pf); continue;
-                case 3: pvrb_3x6v(rows, &a, pf); continue;
-                default: pvrb_3x8v(rows, &a, pf); continue;
+                case 1: pvrb_3x2v(rows, &a, on); continue;
+                case 2: pvrb_3x4v(rows, &a, on); continue;
+                case 3: pvrb_3x6v(rows, &a, on); continue;
+                default: pvrb_3x8v(rows, &a, on); continue;
                 }
             }
         }
