@@ -338,8 +338,8 @@ static inline void kvq_span(sdpa_dtype dt, const unsigned char *row, int64_t d0,
 
 /* out[0 .. dim) = the row at `row` (dtype dt, quantized) dequantized with the fp32
  * scales sc[0 .. dim / group), one per `group` consecutive elements. */
-static void kvq_dequant(int dim, const void *row, sdpa_dtype dt, const float *sc, int group,
-                        float *out) {
+static __attribute__((unused)) void kvq_dequant(int dim, const void *row, sdpa_dtype dt,
+                                                const float *sc, int group, float *out) {
     for (int g = 0; g * group < dim; g++)
         kvq_span(dt, (const unsigned char *)row, (int64_t)g * group, group, sc[g], out + g * group);
 }

@@ -236,21 +236,23 @@ typedef struct sdpa_kernels {
      * the mode's qk_rows and pv on K and V rows read in place, for the items of few rows
      * that qk_rows serves in fp32. qk_rows_bf16: S[r][j] = scale * sum_d Qb[r][d]
      * bf16(K[j][d]) for r < m, j < n, Qb rows as pack_q_bf16 writes them (ldqb apart,
-     * zero from dk to round_up(dk, 32)), K rows ldk elements apart, stored as dt (SDPA_F32,
-     * SDPA_F16 or SDPA_BF16; caller memory, read up to element dk - 1 of each) and rounded
-     * as pack_q_bf16 rounds; only columns [0, n) of S are written, and a row's scores are
-     * the same bits whatever m is. pv_rows_bf16: O[r][:dv] = alpha[r] O[r][:dv] + sum_j
-     * bf16(P[r][j]) bf16(V[j][:dv]), P rounded here as pv_bf16 rounds it, V rows ldv
-     * elements apart (caller memory, stored and rounded as K), P, alpha and O as pv's;
-     * the keys are summed in pairs (j, j + 1) from the call's first, so a block is one
-     * call, or calls that each start an even number of keys after its first. npf and pf
-     * as qk_rows'. */
+     * zero from dk to round_up(dk, 32)), K rows ldkb BYTES apart (caller memory, read up
+     * to element dk - 1 of each), stored as dt: SDPA_F32, SDPA_F16 or SDPA_BF16 (sc
+     * NULL), or a quantized type with its scales sc as qk_rows_q takes them, element d
+     * of row j then the fp32 value fl(value(code) * scale) `dequant` gives; rounded to
+     * bf16 as pack_q_bf16 rounds. Only columns [0, n) of S are written, and a row's
+     * scores are the same bits whatever m is. pv_rows_bf16: O[r][:dv] = alpha[r]
+     * O[r][:dv] + sum_j bf16(P[r][j]) bf16(V[j][:dv]), P rounded here as pv_bf16 rounds
+     * it, V rows ldvb bytes apart (caller memory, stored, scaled and rounded as K), P,
+     * alpha and O as pv's; the keys are summed in pairs (j, j + 1) from the call's first,
+     * so a block is one call, or calls that each start an even number of keys after its
+     * first. npf and pf as qk_rows'. */
     void (*qk_rows_bf16)(int m, int n, int dk, float scale, const uint16_t *qb, int ldqb,
-                         const void *k, int64_t ldk, sdpa_dtype dt, float *s, int lds,
-                         int npf, const void *pf);
+                         const void *k, int64_t ldkb, sdpa_dtype dt, const sdpa_qscales *sc,
+                         float *s, int lds, int npf, const void *pf);
     void (*pv_rows_bf16)(int m, int n, int dv, const float *p, int ldp, const void *v,
-                         int64_t ldv, sdpa_dtype dt, const float *alpha, float *o, int ldo,
-                         int npf, const void *pf);
+                         int64_t ldvb, sdpa_dtype dt, const sdpa_qscales *sc,
+                         const float *alpha, float *o, int ldo, int npf, const void *pf);
 } sdpa_kernels;
 
 /* Number of function pointers in a table; the registry (src/dispatch.c) checks that each

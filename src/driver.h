@@ -64,7 +64,8 @@ struct sdpa_plan {
     int ldq, lds, ldo;
     int k_in_place;       /* QK^T by qk_rows on K in place, not pack_k + qk */
     int kq_fused, vq_fused; /* quantized K (V) of decode runs read by qk_rows_q (pv_q),
-                               not dequantized into scratch (kvcache.c, kv_fused) */
+                               or in the bf16 mode by the decode pair, not dequantized
+                               into scratch (kvcache.c, kv_fused) */
     int k_at, v_at;       /* paged f32/f16/bf16 K of decode (V of every unmasked block)
                              read a block per call by qk_rows_at (pv_at) through the
                              row addresses kv_rows_at lists, not page by page */

@@ -18,7 +18,9 @@
  *     the dequantized rows (kernels/ukernel.h), and both kernels are
  *     exact per key in key order (qk_rows computes each score alone; pv adds keys one at
  *     a time after the one rescale, which only the first call applies), so the bits are
- *     those of one call on the whole block;
+ *     those of one call on the whole block; the bf16 mode's decode pair takes the same
+ *     runs (its pv pairs keys from a call's first, so V runs only where they start an
+ *     even number of keys into the block: tile.c, v_runs);
  *   - gathered: a paged block that crosses pages is copied row by row, as stored, into
  *     n x D scratch (the values are untouched, so paged and contiguous calls give the
  *     same bits);
@@ -72,8 +74,10 @@ int kv_fused(const plan *pl, int which) {
     const sdpa_problem *p = &pl->p;
     const sdpa_scales *sc = which ? &p->vsc : &p->ksc;
     const int64_t D = which ? p->Dv : p->Dk;
-    const int has = which ? pl->kt->pv_q != NULL : pl->kt->qk_rows_q != NULL;
-    return sdpa_dtype_quantized(which ? p->vt : p->kt) && has && pl->k_in_place && !pl->bf16 &&
+    /* fp32: qk_rows_q / pv_q; the bf16 mode: the decode pair, which takes the same runs */
+    const int has = pl->bf16 ? pl->bf16_rows
+                             : (which ? pl->kt->pv_q != NULL : pl->kt->qk_rows_q != NULL);
+    return sdpa_dtype_quantized(which ? p->vt : p->kt) && has && pl->k_in_place &&
            (sc->group == D || sc->group % SDPA_QGROUP_VEC == 0);
 }
 

@@ -296,14 +296,22 @@ static int block_scores(const plan *pl, const rows *it, const scratch *w, const 
                 const int on = j + len == j0 + n && !p->pages.block_table && npf > 0;
                 streamed |= on;
                 const qrows k = kv_run_qrows(pl, it, 0, j, len, row);
-                kt->qk_rows_q(rb - ra, (int)len, (int)p->Dk, p->scale, q, pl->ldq, k.v, k.ldb,
-                              p->kt, &k.sc, s + (j - j0), pl->lds, pf ? pfn : on ? npf : 0, pf);
+                if (pl->bf16_rows)
+                    kt->qk_rows_bf16(rb - ra, (int)len, (int)p->Dk, p->scale,
+                                     w->qb + (size_t)ra * (size_t)pl->ldqb, pl->ldqb, k.v, k.ldb,
+                                     p->kt, &k.sc, s + (j - j0), pl->lds,
+                                     pf ? pfn : on ? npf : 0, pf);
+                else
+                    kt->qk_rows_q(rb - ra, (int)len, (int)p->Dk, p->scale, q, pl->ldq, k.v,
+                                  k.ldb, p->kt, &k.sc, s + (j - j0), pl->lds,
+                                  pf ? pfn : on ? npf : 0, pf);
             } else {
                 const vrows k = kv_run_rows(pl, it, w, 0, j, len, row);
                 if (pl->bf16_rows) /* rounded to bf16 in the kernel */
                     kt->qk_rows_bf16(rb - ra, (int)len, (int)p->Dk, p->scale,
-                                     w->qb + (size_t)ra * (size_t)pl->ldqb, pl->ldqb, k.v, k.ld,
-                                     k.dt, s + (j - j0), pl->lds, pfn, pf);
+                                     w->qb + (size_t)ra * (size_t)pl->ldqb, pl->ldqb, k.v,
+                                     k.ld * (int64_t)sdpa_dtype_size(k.dt), k.dt, NULL,
+                                     s + (j - j0), pl->lds, pfn, pf);
                 else
                     kt->qk_rows(rb - ra, (int)len, (int)p->Dk, p->scale, q, pl->ldq, k.v, k.ld,
                                 k.dt, s + (j - j0), pl->lds, pfn, pf);
@@ -315,7 +323,8 @@ static int block_scores(const plan *pl, const rows *it, const scratch *w, const 
     if (pl->bf16_rows) { /* K rows in place (or a gathered block), rounded in the kernel */
         const int streamed = kv_in_place(pl, 0) && npf > 0;
         kt->qk_rows_bf16(rb - ra, n, (int)p->Dk, p->scale, w->qb + (size_t)ra * (size_t)pl->ldqb,
-                         pl->ldqb, kv->v, kv->ld, kv->dt, s, pl->lds, streamed ? npf : 0, NULL);
+                         pl->ldqb, kv->v, kv->ld * (int64_t)sdpa_dtype_size(kv->dt), kv->dt,
+                         NULL, s, pl->lds, streamed ? npf : 0, NULL);
         return streamed;
     }
     if (pl->bf16_tiles) {
@@ -396,13 +405,19 @@ static int block_pv(const plan *pl, const rows *it, const scratch *w, int ra, in
                 const int on = j + len == j0 + n && !p->pages.block_table && npf > 0;
                 streamed |= on;
                 const qrows vq = kv_run_qrows(pl, it, 1, j, len, row);
-                pl->kt->pv_q(rb - ra, (int)len, Dv, s + (j - j0), pl->lds, vq.v, vq.ldb, p->vt,
-                             &vq.sc, alpha, o, pl->ldo, pf ? pfn : on ? npf : 0, pf);
+                if (pl->bf16_rows) /* runs an even number of keys apart: v_runs */
+                    pl->kt->pv_rows_bf16(rb - ra, (int)len, Dv, s + (j - j0), pl->lds, vq.v,
+                                         vq.ldb, p->vt, &vq.sc, alpha, o, pl->ldo,
+                                         pf ? pfn : on ? npf : 0, pf);
+                else
+                    pl->kt->pv_q(rb - ra, (int)len, Dv, s + (j - j0), pl->lds, vq.v, vq.ldb,
+                                 p->vt, &vq.sc, alpha, o, pl->ldo, pf ? pfn : on ? npf : 0, pf);
             } else {
                 const vrows vr = kv_run_rows(pl, it, w, 1, j, len, row);
                 if (pl->bf16_rows) /* runs an even number of keys apart: v_runs */
                     pl->kt->pv_rows_bf16(rb - ra, (int)len, Dv, s + (j - j0), pl->lds, vr.v,
-                                         vr.ld, vr.dt, alpha, o, pl->ldo, pfn, pf);
+                                         vr.ld * (int64_t)sdpa_dtype_size(vr.dt), vr.dt, NULL,
+                                         alpha, o, pl->ldo, pfn, pf);
                 else
                     pl->kt->pv(rb - ra, (int)len, Dv, s + (j - j0), pl->lds, vr.v, vr.ld,
                                vr.dt, alpha, o, pl->ldo, pfn, pf);
@@ -421,7 +436,8 @@ static int block_pv(const plan *pl, const rows *it, const scratch *w, int ra, in
     }
     if (pl->bf16_rows && !masked) { /* V rows as block_scores' K */
         const int streamed = kv_in_place(pl, 1) && npf > 0;
-        pl->kt->pv_rows_bf16(rb - ra, n, Dv, s, pl->lds, v->v, v->ld, v->dt, w->alpha + ra,
+        pl->kt->pv_rows_bf16(rb - ra, n, Dv, s, pl->lds, v->v,
+                             v->ld * (int64_t)sdpa_dtype_size(v->dt), v->dt, NULL, w->alpha + ra,
                              w->o + (size_t)ra * (size_t)pl->ldo, pl->ldo, streamed ? npf : 0,
                              NULL);
         return streamed;

@@ -356,6 +356,45 @@ static void i8_expect_pv(const sdpa_kernels *kt, int m, int n, int D, const unsi
     free(p2);
 }
 
+/* The bf16 decode pair (qk_rows_bf16, pv_rows_bf16), where the table has it, on quantized
+ * rows against the same pair on their dequantized fp32 rows: the same bits, NaN payloads
+ * aside (kernels/ukernel.h: the pair rounds to bf16 what `dequant` gives). Q rounded by
+ * the table's pack_q_bf16, P and the initial O (o0) as the fused test's; the quantized
+ * calls prefetch as that test's. Returns the rows of S and of O that differ. */
+static int bf16_pair_mismatch(const sdpa_kernels *kt, int m, int n, int D, const float *q,
+                              int ldq, const unsigned char *codes, int64_t ldb, sdpa_dtype dt,
+                              const sdpa_qscales *qs, const float *deq, const float *p, int lds,
+                              const float *al, const float *o0, int step) {
+    if (!kt->qk_rows_bf16)
+        return 0;
+    const int ldqb = (D + 31) / 32 * 32;
+    uint16_t *qb = th_alloc(sizeof(uint16_t) * (size_t)(m * ldqb), SC_GUARD_NONE);
+    for (int r = 0; r < m; r++)
+        kt->pack_q_bf16(D, q + r * ldq, SDPA_F32, qb + r * ldqb);
+    const size_t sn = sizeof(float) * (size_t)(m * lds), on = sizeof(float) * (size_t)(m * ldq);
+    float *sa = th_alloc(sn, SC_GUARD_NONE), *sb = th_alloc(sn, SC_GUARD_NONE);
+    float *oa = th_alloc(on, SC_GUARD_NONE), *ob = th_alloc(on, SC_GUARD_NONE);
+    memcpy(oa, o0, on);
+    memcpy(ob, o0, on);
+    const int64_t ldf = (int64_t)D * (int64_t)sizeof(float);
+    kt->qk_rows_bf16(m, n, D, 0.125f, qb, ldqb, codes, ldb, dt, qs, sa, lds, step ? n : 4096,
+                     step ? codes : NULL);
+    kt->qk_rows_bf16(m, n, D, 0.125f, qb, ldqb, deq, ldf, SDPA_F32, NULL, sb, lds, 0, NULL);
+    kt->pv_rows_bf16(m, n, D, p, lds, codes, ldb, dt, qs, al, oa, ldq, step ? n : 4096,
+                     step ? codes : NULL);
+    kt->pv_rows_bf16(m, n, D, p, lds, deq, ldf, SDPA_F32, NULL, al, ob, ldq, 0, NULL);
+    int bad = 0;
+    for (int r = 0; r < m; r++)
+        bad += !same_floats(sa + r * lds, sb + r * lds, n) +
+               !same_floats(oa + r * ldq, ob + r * ldq, D);
+    sc_free(qb);
+    sc_free(sa);
+    sc_free(sb);
+    sc_free(oa);
+    sc_free(ob);
+    return bad;
+}
+
 /* qk_rows_q and pv_q, where the table has them, against its dequant into fp32 rows
  * followed by its qk_rows / pv: the same bits, NaN payloads aside (kernels/ukernel.h),
  * except that the x86 tables factor exact int8 scales out (i8_factored_expect), for
@@ -451,6 +490,8 @@ static void fused_quantized(void) {
                     for (int i = 0; i < m * lds; i++)
                         s1[i] = fabsf(s2[i]) < 1.0f ? fabsf(s2[i]) : 0.25f;
                     const float *al = cases % 2 ? alpha : NULL;
+                    const int pbad = bf16_pair_mismatch(kt, m, n, D, q, ldq, codes, ldb, dts[d],
+                                                        &qs, deq, s1, lds, al, o1, step);
                     kt->pv_q(m, n, D, s1, lds, codes, ldb, dts[d], &qs, al, o1, ldq,
                              step ? n : 4096, step ? codes : NULL);
                     if (fac)
@@ -465,6 +506,10 @@ static void fused_quantized(void) {
                           "%d O rows differ from dequant + qk_rows / pv",
                           sdpa_isa_name(th_isa), dts[d], D, group, (long long)ldsc, m, n, sbad,
                           obad);
+                    CHECK(pbad == 0,
+                          "%s bf16 decode pair, dtype %d D %d group %d ldsc %lld m %d n %d: %d "
+                          "rows of S and O differ from the pair on the dequantized rows",
+                          sdpa_isa_name(th_isa), dts[d], D, group, (long long)ldsc, m, n, pbad);
                     sc_free(codes);
                     sc_free(scs);
                     sc_free(sc);

@@ -927,9 +927,11 @@ static void check_qk_rows_bf16(int m, int n, int dk, int64_t ldk, float scale, s
                 d < dk ? sdpa_f32_to_bf16(x) : d < dkp ? 0 : 0x7fc1;
         }
     float *s = scratch_alloc(sn), *s2 = scratch_alloc(sn);
-    kt->qk_rows_bf16(m, n, dk, scale, q, ldq, k, ldk, dt, s, lds, 4096, NULL);
+    const int64_t ldkb = ldk * (int64_t)dtype_bytes(dt);
+    kt->qk_rows_bf16(m, n, dk, scale, q, ldq, k, ldkb, dt, NULL, s, lds, 4096, NULL);
     if (m > 1)
-        kt->qk_rows_bf16(m - 1, n, dk, scale, q + ldq, ldq, k, ldk, dt, s2 + lds, lds, n, k);
+        kt->qk_rows_bf16(m - 1, n, dk, scale, q + ldq, ldq, k, ldkb, dt, NULL, s2 + lds, lds, n,
+                         k);
     int bad = 0, spill = 0, band = 0;
     double worst = 0;
     for (int r = 0; r < m; r++)
@@ -995,10 +997,11 @@ static void check_pv_rows_bf16(int m, int n, int dv, int64_t ldv, int rescale, s
     memcpy(o0, o, on * sizeof(float));
     memcpy(o2, o, on * sizeof(float));
     const float *al = rescale ? alpha : NULL;
-    kt->pv_rows_bf16(m, n, dv, p, ldp, v, ldv, dt, al, o, ldo, 4096, NULL);
+    const int64_t ldvb = ldv * (int64_t)dtype_bytes(dt);
+    kt->pv_rows_bf16(m, n, dv, p, ldp, v, ldvb, dt, NULL, al, o, ldo, 4096, NULL);
     if (m > 1)
-        kt->pv_rows_bf16(m - 1, n, dv, p + ldp, ldp, v, ldv, dt, al ? al + 1 : NULL, o2 + ldo,
-                         ldo, n, v);
+        kt->pv_rows_bf16(m - 1, n, dv, p + ldp, ldp, v, ldvb, dt, NULL, al ? al + 1 : NULL,
+                         o2 + ldo, ldo, n, v);
     int band = !same_bits(o2, o0, ldo), spill = 0, bad = 0;
     for (int r = 1; r < m; r++)
         band |= !same_bits(o2 + (size_t)r * (size_t)ldo, o + (size_t)r * (size_t)ldo, dv);

@@ -30,6 +30,7 @@
 
 #include "../x86/vec_avx512.h"
 #include "../x86/bf16.h"
+#include "../x86/kvload.h"
 #include "../x86/reduce.h"
 
 /* A register tile: its own function, never inlined into its caller, so its accumulators
@@ -280,12 +281,47 @@ static void avx512bf16_pv_bf16(int m, int n, int dv, const float *p, int ldp,
 
 /* Elements [d0, d0 + 32) of a row of nd elements in all, stored as dt, as 16 bf16 pairs,
  * zero past nd: bf16 loaded as stored, f32 and f16 rounded in registers as pack_q_bf16
- * rounds them (bf16.h, row_bf16x32). The row is caller memory, read only up to its last
- * element. */
-ALWAYS_INLINE __m512i row_pairs(const char *row, int d0, int nd, sdpa_dtype dt) {
-    if (dt == SDPA_BF16 && d0 + 32 <= nd)
-        return _mm512_loadu_si512((const uint16_t *)(const void *)row + d0);
-    return row_bf16x32(row, d0, min_int(32, nd - d0), dt);
+ * rounds them (bf16.h, row_bf16x32), a quantized row's codes decoded and multiplied by
+ * their scales (sa for elements d0 .. d0 + 15, sb for the next 16: kvload.h, load_kv,
+ * the fp32 values `dequant` gives) and then rounded so. The row is caller memory, read
+ * only up to its last element. */
+ALWAYS_INLINE __m512i row_pairs(const char *row, int d0, int nd, sdpa_dtype dt, vf sa, vf sb) {
+    if (!dt_quant(dt)) {
+        if (dt == SDPA_BF16 && d0 + 32 <= nd)
+            return _mm512_loadu_si512((const uint16_t *)(const void *)row + d0);
+        return row_bf16x32(row, d0, min_int(32, nd - d0), dt);
+    }
+    const int lo = min_int(16, nd - d0), hi = nd - d0 > 16 ? min_int(16, nd - d0 - 16) : 0;
+    const vf a = load_kv(row, d0, dt, v_tail(lo), lo, sa, 0);
+    const vf b = hi > 0 ? load_kv(row, d0 + 16, dt, v_tail(hi), hi, sb, 0) : v_zero();
+    return (__m512i)_mm512_cvtne2ps_pbh(b, a); /* the second operand: the low 16 */
+}
+
+/* The scales of a quantized row (whose first scale is at sp, binary16 where f16, a new
+ * one every `group` elements) for its elements [d0, d0 + 16) and [d0 + 16, d0 + 32), in
+ * every lane; one that keeps a scale for the whole row (g1) reads it once, and rows of
+ * other types read none. */
+typedef struct {
+    int quant, g1, group, f16;
+} qscale_form;
+ALWAYS_INLINE void row_scales(const qscale_form *f, const char *sp, int d0, vf one, vf *sa,
+                              vf *sb) {
+    if (!f->quant) {
+        *sa = *sb = v_zero();
+    } else if (f->g1) {
+        *sa = *sb = one;
+    } else {
+        *sa = scale_at(sp, d0 / f->group, f->f16);
+        *sb = scale_at(sp, (d0 + 16) / f->group, f->f16);
+    }
+}
+ALWAYS_INLINE vf row_scale_one(const qscale_form *f, const char *sp) {
+    return f->quant && f->g1 ? scale_at(sp, 0, f->f16) : v_zero();
+}
+ALWAYS_INLINE qscale_form qscale_form_of(sdpa_dtype dt, const sdpa_qscales *sc, int dim) {
+    const int quant = dt_quant(dt) && sc != NULL;
+    return (qscale_form){quant, quant && sc->group >= dim, quant ? sc->group : dim,
+                         quant && sc->dt == SDPA_F16};
 }
 
 /* Rows [from, to) of a stream, below row lim, at base, ldb bytes apart, rowb bytes
@@ -299,16 +335,25 @@ ALWAYS_INLINE void prefetch_rows(const char *base, size_t ldb, size_t rowb, int 
 /* R rows x NK keys (1 or 2) of qk_rows_bf16's products, over the dims in 32-element
  * steps: 2 R accumulators, 2 K vectors, 1 Q vector; the partial sums go to t[r VL + 0 or
  * 1] for the tree. Qb is zero from dk to round_up(dk, 32) and the K vectors past dk are
- * loaded as zero, so the last step adds exact zeros. */
+ * loaded as zero, so the last step adds exact zeros. sp0, sp1: the keys' scales where
+ * quantized (qscale_form). */
 ALWAYS_INLINE void qkrb_keys(const int R, const int NK, sdpa_dtype dt, int dk, const uint16_t *q,
-                             int ldq, const char *k0, const char *k1, vf *t) {
+                             int ldq, const char *k0, const char *k1, const qscale_form *f,
+                             const char *sp0, const char *sp1, vf *t) {
     vf c0[QKRB_ROWS_MAX], c1[QKRB_ROWS_MAX];
     UNROLL_FULL
     for (int r = 0; r < R; r++)
         c0[r] = c1[r] = v_zero();
+    const vf one0 = row_scale_one(f, sp0), one1 = NK > 1 ? row_scale_one(f, sp1) : one0;
     for (int d0 = 0; d0 < dk; d0 += 32) {
-        const __m512bh x0 = (__m512bh)row_pairs(k0, d0, dk, dt);
-        const __m512bh x1 = NK > 1 ? (__m512bh)row_pairs(k1, d0, dk, dt) : x0;
+        vf sa, sb;
+        row_scales(f, sp0, d0, one0, &sa, &sb);
+        const __m512bh x0 = (__m512bh)row_pairs(k0, d0, dk, dt, sa, sb);
+        __m512bh x1 = x0;
+        if (NK > 1) {
+            row_scales(f, sp1, d0, one1, &sa, &sb);
+            x1 = (__m512bh)row_pairs(k1, d0, dk, dt, sa, sb);
+        }
         UNROLL_FULL
         for (int r = 0; r < R; r++) {
             /* pinned: folded into both vdpbf16ps the Q load would be issued twice */
@@ -334,11 +379,15 @@ ALWAYS_INLINE void qkrb_keys(const int R, const int NK, sdpa_dtype dt, int dk, c
  * and into the npf rows after it, or with pf (a paged cache's next run) row j of pf
  * while on row j. */
 ALWAYS_INLINE void qkrb_rows(const int R, sdpa_dtype dt, int n, int dk, float scale,
-                             const uint16_t *q, int ldq, const char *k, size_t ldkb, float *s,
-                             int lds, int npf, const char *pf) {
-    const size_t rowb = elem_bytes(dt) * (size_t)dk;
+                             const uint16_t *q, int ldq, const char *k, size_t ldkb,
+                             const sdpa_qscales *sc, float *s, int lds, int npf,
+                             const char *pf) {
+    const size_t rowb = dt_bytes(dt, (size_t)dk);
     const int ahead = (int)(SDPA_PREFETCH_AHEAD / rowb) + 1;
     const int pfend = n + min_int(npf, ahead);
+    const qscale_form f = qscale_form_of(dt, sc, dk);
+    const size_t sldb = f.quant ? (size_t)sc->ld * (f.f16 ? 2 : 4) : 0;
+    const char *sp = f.quant ? (const char *)sc->p : NULL;
     const vf vs = v_set1(scale);
     vf t[QKRB_ROWS_MAX * VL];
     for (int j0 = 0; j0 < n; j0 += VL) {
@@ -350,13 +399,15 @@ ALWAYS_INLINE void qkrb_rows(const int R, sdpa_dtype dt, int n, int dk, float sc
                 prefetch_rows(pf, ldkb, rowb, j0 + jj, j0 + jj + 2, npf);
             else
                 prefetch_rows(k, ldkb, rowb, j0 + jj + ahead, j0 + jj + ahead + 2, pfend);
+            const char *s0 = sp ? sp + (size_t)(j0 + jj) * sldb : NULL;
             qkrb_keys(R, 2, dt, dk, q, ldq, ks + (size_t)jj * ldkb, ks + (size_t)(jj + 1) * ldkb,
-                      t + jj);
+                      &f, s0, s0 ? s0 + sldb : NULL, t + jj);
         }
         if (jj < nk) {
             if (pf)
                 prefetch_rows(pf, ldkb, rowb, j0 + jj, j0 + jj + 1, npf);
-            qkrb_keys(R, 1, dt, dk, q, ldq, ks + (size_t)jj * ldkb, NULL, t + jj);
+            const char *s0 = sp ? sp + (size_t)(j0 + jj) * sldb : NULL;
+            qkrb_keys(R, 1, dt, dk, q, ldq, ks + (size_t)jj * ldkb, NULL, &f, s0, NULL, t + jj);
         }
         for (jj += jj < nk; jj < VL; jj++)
             UNROLL_FULL
@@ -368,28 +419,41 @@ ALWAYS_INLINE void qkrb_rows(const int R, sdpa_dtype dt, int n, int dk, float sc
     }
 }
 
-/* qkrb_rows with the storage type as a constant (the types qk_rows_bf16 reads). */
-#define QKRB_DT(DT) qkrb_rows(R, DT, n, dk, scale, q, ldq, (const char *)k, ldkb, s, lds, npf, pf)
+/* qkrb_rows with the storage type as a constant (the types qk_rows_bf16 reads); the types
+ * other than bf16 only in the tiles of 1, 2, 4 and 8 rows (qkrb_pass: each instance
+ * inlines a conversion or a decode, and every row count of every type made the file's
+ * compile time six times as long). */
+#define QKRB_DT(DT) qkrb_rows(R, DT, n, dk, scale, q, ldq, (const char *)k, ldkb, sc, s, lds, npf, pf)
+ALWAYS_INLINE int qkrb_few(const int R) { return R == 1 || R == 2 || R == 4 || R == 8; }
 ALWAYS_INLINE void qkrb_rows_dt(const int R, int n, int dk, float scale, const uint16_t *q,
-                                int ldq, const void *k, size_t ldkb, sdpa_dtype dt, float *s,
-                                int lds, int npf, const char *pf) {
+                                int ldq, const void *k, size_t ldkb, sdpa_dtype dt,
+                                const sdpa_qscales *sc, float *s, int lds, int npf,
+                                const char *pf) {
+    if (!qkrb_few(R) || dt == SDPA_BF16) { /* (qkrb_pass gives no other type here) */
+        QKRB_DT(SDPA_BF16);
+        return;
+    }
     switch (dt) {
     case SDPA_F32: QKRB_DT(SDPA_F32); return;
     case SDPA_F16: QKRB_DT(SDPA_F16); return;
-    default: /* SDPA_BF16 */ QKRB_DT(SDPA_BF16); return;
+    case SDPA_I8: QKRB_DT(SDPA_I8); return;
+    case SDPA_I4: QKRB_DT(SDPA_I4); return;
+    case SDPA_FP8_E4M3: QKRB_DT(SDPA_FP8_E4M3); return;
+    default: /* SDPA_FP8_E5M2 */ QKRB_DT(SDPA_FP8_E5M2); return;
     }
 }
 #undef QKRB_DT
 
 #define QKRB_ARGS                                                                        \
     int n, int dk, float scale, const uint16_t *q, int ldq, const void *k, size_t ldkb,  \
-        sdpa_dtype dt, float *s, int lds, int npf, const char *pf
-#define QKRB_CALL n, dk, scale, q, ldq, k, ldkb, dt, s, lds, npf, pf
+        sdpa_dtype dt, const sdpa_qscales *sc, float *s, int lds, int npf, const char *pf
+#define QKRB_CALL n, dk, scale, q, ldq, k, ldkb, dt, sc, s, lds, npf, pf
 /* The qk_rows_bf16 register tiles, one per row count (tiles.h's qkr_Rrows convention):
  * qkrb_Rrows holds 2 R accumulators + 2 K vectors + 1 Q vector; per 32 dims of a key
  * pair, 2 K loads (f32: 4 loads and 2 vcvtne2ps2bf16; f16: 4 loads, 4 vcvtph2ps and 2
- * vcvtne2ps2bf16) and R Q loads feed 2 R vdpbf16ps. qkrb_8rows: 19 of 32 registers, a
- * GQA group of 8 heads in one pass over K. */
+ * vcvtne2ps2bf16; quantized: 4 decodes of 16 codes, kvq.h, 4 scale multiplications and
+ * 2 vcvtne2ps2bf16) and R Q loads feed 2 R vdpbf16ps. qkrb_8rows: 19 of 32 registers
+ * (a quantized key's scale: 2 more), a GQA group of 8 heads in one pass over K. */
 TILE void qkrb_1row(QKRB_ARGS) { qkrb_rows_dt(1, QKRB_CALL); }
 TILE void qkrb_2rows(QKRB_ARGS) { qkrb_rows_dt(2, QKRB_CALL); }
 TILE void qkrb_3rows(QKRB_ARGS) { qkrb_rows_dt(3, QKRB_CALL); }
@@ -399,17 +463,26 @@ TILE void qkrb_6rows(QKRB_ARGS) { qkrb_rows_dt(6, QKRB_CALL); }
 TILE void qkrb_7rows(QKRB_ARGS) { qkrb_rows_dt(7, QKRB_CALL); }
 TILE void qkrb_8rows(QKRB_ARGS) { qkrb_rows_dt(8, QKRB_CALL); }
 
-/* The contract's qk_rows_bf16, in passes of 8 rows (each reads K once), the last with
- * the rows left: 1..8, so the default cannot be reached. */
+/* The rows of one pass of qk_rows_bf16 out of m left: at most 8; for K stored other than
+ * as bf16 8, 4, 2 or 1 (qkrb_few: m = 6 as 4 + 2). */
+static int qkrb_pass(int m, sdpa_dtype dt) {
+    if (dt == SDPA_BF16 || m >= 8)
+        return min_int(QKRB_ROWS_MAX, m);
+    return m >= 4 ? 4 : m >= 2 ? 2 : 1;
+}
+
+/* The contract's qk_rows_bf16, in passes of up to 8 rows (each reads K once, qkrb_pass),
+ * so the default cannot be reached. */
 static void avx512bf16_qk_rows_bf16(int m, int n, int dk, float scale, const uint16_t *q0,
-                                    int ldq, const void *k, int64_t ldk, sdpa_dtype dt,
-                                    float *s0, int lds, int npf, const void *pfv) {
-    const size_t ldkb = (size_t)ldk * elem_bytes(dt);
+                                    int ldq, const void *k, int64_t ldkb, sdpa_dtype dt,
+                                    const sdpa_qscales *sc, float *s0, int lds, int npf,
+                                    const void *pfv) {
     const char *pf = (const char *)pfv;
-    for (int r0 = 0; r0 < m; r0 += QKRB_ROWS_MAX) {
+    for (int r0 = 0, rows; r0 < m; r0 += rows) {
         const uint16_t *q = q0 + (size_t)r0 * (size_t)ldq;
         float *s = s0 + (size_t)r0 * (size_t)lds;
-        switch (min_int(QKRB_ROWS_MAX, m - r0)) {
+        rows = qkrb_pass(m - r0, dt);
+        switch (rows) {
         case 1: qkrb_1row(QKRB_CALL); continue;
         case 2: qkrb_2rows(QKRB_CALL); continue;
         case 3: qkrb_3rows(QKRB_CALL); continue;
@@ -454,7 +527,11 @@ typedef struct {
     const char *v;       /* V's key 0, column c0; rows ldvb bytes apart, stored as dt */
     size_t ldvb;
     sdpa_dtype dt;
+    int c0;              /* the chunk's first column */
     int nc;              /* columns of V from c0 to dv (> 0) */
+    const char *sp;      /* quantized: key 0's scales (of column 0), rows sldb bytes apart */
+    size_t sldb;
+    qscale_form f;
     const float *alpha;  /* per row, or NULL */
     float *o;            /* O's column c0 of row 0, rows ldo apart */
     int ldo;
@@ -468,19 +545,27 @@ typedef struct {
 /* O[0..MR)[c0 .. c0 + 32 NS) = alpha O + bf16(P) V over the chunk's keys, a pair
  * (j, j + 1) at a time (the missing V row of an odd last key read as zero, its P pair's
  * second half being zero), O's tile in registers for the whole loop. Per key pair: 2 NS
- * V loads (f32: 4 NS loads and 2 NS vcvtne2ps2bf16, f16 also 4 NS vcvtph2ps) and 2 NS
- * vpunpck, MR P-pair broadcasts, 2 MR NS vdpbf16ps. Columns past nc are loaded as zero
- * and never stored. pf: the V row pf keys ahead is prefetched (0: none), or a->pf's rows
- * in step. */
+ * V loads (f32: 4 NS loads and 2 NS vcvtne2ps2bf16, f16 also 4 NS vcvtph2ps; quantized:
+ * 4 NS decodes and scale multiplications, 2 NS vcvtne2ps2bf16) and 2 NS vpunpck, MR
+ * P-pair broadcasts, 2 MR NS vdpbf16ps. Columns past nc are loaded as zero and never
+ * stored. pf: the V row pf keys ahead is prefetched (0: none), or a->pf's rows in step. */
 ALWAYS_INLINE void pvrb_tile(const int MRMAX, const int MR, const int NS, sdpa_dtype dt,
                              const pvrb_args *a, const uint16_t *pb, const float *alpha,
                              float *o, int pf) {
-    if (MR > MRMAX) /* a switch arm the tile never takes (pvrb_row_tiles) */
+    if (MR > MRMAX || (MRMAX == 4 && MR == 3)) /* arms a tile never takes (pvrb_pass) */
         return;
+    /* the 4-row tile takes chunks of any width up to its 2 slices (pvrb_row_tiles), its
+     * second slice skipped where the chunk ends before it; the 3-row tiles are chosen to
+     * fit their chunk */
+#define PVRB_LIVE(c) (MRMAX < 4 || (c) < a->nc)
     vf acc[PVRB_ACC_MAX];
     UNROLL_FULL
     for (int k = 0; k < MR * NS; k++) {
         const int c = 32 * (k % NS);
+        if (!PVRB_LIVE(c)) {
+            acc[2 * k] = acc[2 * k + 1] = v_zero();
+            continue;
+        }
         const float *oc = o + (size_t)(k / NS) * (size_t)a->ldo + c;
         const vf x0 = v_load_part(oc, v_tail(min_int(16, a->nc - c)));
         const vf x1 = v_load_part(oc + 16, v_tail(a->nc - c > 16 ? min_int(16, a->nc - c - 16) : 0));
@@ -499,11 +584,22 @@ ALWAYS_INLINE void pvrb_tile(const int MRMAX, const int MR, const int NS, sdpa_d
             prefetch_rows(a->pf, a->ldvb, a->rowb, j, j + 2, a->pfn);
         else if (pf > 0)
             prefetch_rows(a->vrow, a->ldvb, a->rowb, j + pf, j + pf + 2, a->pfend);
+        /* the pair's scales where quantized; a missing second row has none */
+        const char *s0 = a->f.quant ? a->sp + (size_t)j * a->sldb : NULL;
+        const char *s1 = a->f.quant && j + 1 < n ? s0 + a->sldb : NULL;
+        const vf one0 = row_scale_one(&a->f, s0), one1 = s1 ? row_scale_one(&a->f, s1) : one0;
         UNROLL_FULL
         for (int sl = 0; sl < NS; sl++) {
-            const __m512i x0 = row_pairs(v0, 32 * sl, a->nc, dt);
-            const __m512i x1 = j + 1 < n ? row_pairs(v0 + a->ldvb, 32 * sl, a->nc, dt)
-                                         : _mm512_setzero_si512();
+            if (!PVRB_LIVE(32 * sl))
+                continue;
+            vf sa, sb;
+            row_scales(&a->f, s0, a->c0 + 32 * sl, one0, &sa, &sb);
+            const __m512i x0 = row_pairs(v0, 32 * sl, a->nc, dt, sa, sb);
+            __m512i x1 = _mm512_setzero_si512();
+            if (j + 1 < n) {
+                row_scales(&a->f, s1, a->c0 + 32 * sl, one1, &sa, &sb);
+                x1 = row_pairs(v0 + a->ldvb, 32 * sl, a->nc, dt, sa, sb);
+            }
             const __m512bh lo = (__m512bh)_mm512_unpacklo_epi16(x0, x1);
             const __m512bh hi = (__m512bh)_mm512_unpackhi_epi16(x0, x1);
             UNROLL_FULL
@@ -517,36 +613,59 @@ ALWAYS_INLINE void pvrb_tile(const int MRMAX, const int MR, const int NS, sdpa_d
     UNROLL_FULL
     for (int k = 0; k < MR * NS; k++) {
         const int c = 32 * (k % NS);
+        if (!PVRB_LIVE(c))
+            continue;
         float *oc = o + (size_t)(k / NS) * (size_t)a->ldo + c;
         v_store_first(oc, min_int(16, a->nc - c), o_first(acc[2 * k], acc[2 * k + 1]));
         if (a->nc - c > 16)
             v_store_first(oc + 16, min_int(16, a->nc - c - 16), o_second(acc[2 * k], acc[2 * k + 1]));
     }
+#undef PVRB_LIVE
 }
 
-/* All m rows of a chunk in tiles of MR rows, the last with the rows left (1..MR: the
- * default cannot be reached), V's storage type a constant; each tile prefetches whole
+/* The rows of one tile out of m left: MR, the last tile the rows left, except that the
+ * 4-row tiles (which decode: pvrb_row_tiles) run 4, 2 or 1 rows, so that no instance of 3
+ * rows is compiled for them. */
+ALWAYS_INLINE int pvrb_pass(const int MR, int m) {
+    if (MR < 4)
+        return min_int(MR, m);
+    return m >= 4 ? 4 : m >= 2 ? 2 : 1;
+}
+
+/* All m rows of a chunk in tiles of MR rows (pvrb_pass: 1..MR, so the default cannot be
+ * reached), V's storage type a constant; each tile prefetches whole
  * rows ahead, as avx512's pv tiles each prefetch their columns (first tile only:
  * decode-long-bf16 4% slower on 2 threads, docs/PERFORMANCE.md "bf16 decode"). */
 ALWAYS_INLINE void pvrb_row_tiles_dt(const int MR, const int NS, sdpa_dtype dt, int m,
                                      const pvrb_args *a, int pf) {
-    for (int r0 = 0; r0 < m; r0 += MR) {
+    for (int r0 = 0; r0 < m; r0 += pvrb_pass(MR, m - r0)) {
         const uint16_t *pb = a->pb + (size_t)r0 * (size_t)a->ldpb;
         const float *alpha = a->alpha ? a->alpha + r0 : NULL;
         float *o = a->o + (size_t)r0 * (size_t)a->ldo;
-        switch (min_int(MR, m - r0)) {
+        switch (pvrb_pass(MR, m - r0)) {
         case 1: pvrb_tile(MR, 1, NS, dt, a, pb, alpha, o, pf); continue;
         case 2: pvrb_tile(MR, 2, NS, dt, a, pb, alpha, o, pf); continue;
         case 3: pvrb_tile(MR, 3, NS, dt, a, pb, alpha, o, pf); continue;
+        case 4: pvrb_tile(MR, 4, NS, dt, a, pb, alpha, o, pf); continue;
         default: __builtin_unreachable();
         }
     }
 }
+/* The tiles of 3 rows take bf16 V, the one of 4 rows every other type (pv_rows_bf16), so
+ * that each type is compiled into one family only (every type in every tile made the
+ * file's compile time six times as long). */
 ALWAYS_INLINE void pvrb_row_tiles(const int MR, const int NS, int m, const pvrb_args *a, int pf) {
+    if (MR == 3) {
+        pvrb_row_tiles_dt(MR, NS, SDPA_BF16, m, a, pf);
+        return;
+    }
     switch (a->dt) {
     case SDPA_F32: pvrb_row_tiles_dt(MR, NS, SDPA_F32, m, a, pf); return;
-    case SDPA_F16: pvrb_row_tiles_dt(MR, NS, SDPA_F16, m, a, pf); return;
-    default: /* SDPA_BF16 */ pvrb_row_tiles_dt(MR, NS, SDPA_BF16, m, a, pf); return;
+    case SDPA_I8: pvrb_row_tiles_dt(MR, NS, SDPA_I8, m, a, pf); return;
+    case SDPA_I4: pvrb_row_tiles_dt(MR, NS, SDPA_I4, m, a, pf); return;
+    case SDPA_FP8_E4M3: pvrb_row_tiles_dt(MR, NS, SDPA_FP8_E4M3, m, a, pf); return;
+    case SDPA_FP8_E5M2: pvrb_row_tiles_dt(MR, NS, SDPA_FP8_E5M2, m, a, pf); return;
+    default: /* SDPA_F16 */ pvrb_row_tiles_dt(MR, NS, SDPA_F16, m, a, pf); return;
     }
 }
 
@@ -559,37 +678,56 @@ TILE void pvrb_3x2v(int m, const pvrb_args *a, int pf) { pvrb_row_tiles(3, 1, m,
 TILE void pvrb_3x4v(int m, const pvrb_args *a, int pf) { pvrb_row_tiles(3, 2, m, a, pf); }
 TILE void pvrb_3x6v(int m, const pvrb_args *a, int pf) { pvrb_row_tiles(3, 3, m, a, pf); }
 TILE void pvrb_3x8v(int m, const pvrb_args *a, int pf) { pvrb_row_tiles(3, 4, m, a, pf); }
+/* pvrb_4x4v: 16 accumulators + 2 V rows' slice + 1 P-pair broadcast + the conversion's
+ * or decode's registers (a quantized row's codes and scales), for V stored other than as
+ * bf16, in chunks of up to 64 columns: a GQA group of 4 converts each V row once (3-row
+ * tiles convert it twice), and the 24 accumulators of pvrb_3x8v beside a quantized
+ * decode's registers spill (int8 decode-long in the mode 53 -> 18 ms;
+ * docs/PERFORMANCE.md, "bf16 decode over other caches"). */
+TILE void pvrb_4x4v(int m, const pvrb_args *a, int pf) { pvrb_row_tiles(4, 2, m, a, pf); }
 
 /* The contract's pv_rows_bf16: P rounded to bf16 pairs once per call, PB_ROWS rows by
  * PB_KEYS keys at a time (p_rows_bf16 of bf16.h, the same rounding as pv_bf16), then
- * Dv in chunks of up to 128 columns, each by pvrb tiles over the piece's keys; a call of
- * more than PB_KEYS keys is summed a piece at a time through O (alpha before the first).
+ * Dv in chunks of up to 128 columns (V stored other than as bf16: 64), each by pvrb tiles over the
+ * piece's keys; a call of more than PB_KEYS keys is summed a piece at a time through O
+ * (alpha before the first).
  * V rows are read in place, whole rows prefetched SDPA_PREFETCH_AHEAD bytes ahead (or
  * pf's rows in step) by the tiles of the first chunk. */
 static void avx512bf16_pv_rows_bf16(int m, int n, int dv, const float *p, int ldp,
-                                    const void *v, int64_t ldv, sdpa_dtype dt,
-                                    const float *alpha, float *o, int ldo, int npf,
-                                    const void *pf) {
+                                    const void *v, int64_t ldvb, sdpa_dtype dt,
+                                    const sdpa_qscales *sc, const float *alpha, float *o,
+                                    int ldo, int npf, const void *pf) {
     enum { PB_ROWS = 16, PB_KEYS = 64 };
     _Alignas(64) uint16_t pb[PB_ROWS * PB_KEYS];
-    const size_t es = elem_bytes(dt), rowb = es * (size_t)dv, ldvb = (size_t)ldv * es;
+    const size_t rowb = dt_bytes(dt, (size_t)dv);
     const int ahead = (int)(SDPA_PREFETCH_AHEAD / rowb) + 1;
+    const qscale_form f = qscale_form_of(dt, sc, dv);
+    const size_t sldb = f.quant ? (size_t)sc->ld * (f.f16 ? 2 : 4) : 0;
+    /* V stored other than as bf16 in pvrb_4x4v's chunks of 64 columns (against 3-row tiles
+     * over 128: f16 decode-long in the mode 5% faster, f32 3-7% slower) */
+    const int narrow = dt != SDPA_BF16, cw = narrow ? 64 : 128;
     for (int r0 = 0; r0 < m; r0 += PB_ROWS) {
         const int rows = min_int(PB_ROWS, m - r0);
         for (int j0 = 0; j0 < n; j0 += PB_KEYS) {
             const int kc = min_int(PB_KEYS, n - j0);
             p_rows_bf16(rows, kc, round_up_int(kc, 32), p + (size_t)r0 * (size_t)ldp + j0, ldp,
                         pb, PB_KEYS);
-            const char *vj = (const char *)v + (size_t)j0 * ldvb;
-            for (int c0 = 0; c0 < dv; c0 += 128) {
+            const char *vj = (const char *)v + (size_t)j0 * (size_t)ldvb;
+            for (int c0 = 0; c0 < dv; c0 += cw) {
                 const pvrb_args a = {
-                    .n = kc, .pb = pb, .ldpb = PB_KEYS, .v = vj + (size_t)c0 * es, .ldvb = ldvb,
-                    .dt = dt, .nc = dv - c0, .alpha = j0 == 0 && alpha ? alpha + r0 : NULL,
+                    .n = kc, .pb = pb, .ldpb = PB_KEYS, .v = vj + dt_bytes(dt, (size_t)c0),
+                    .ldvb = (size_t)ldvb, .dt = dt, .c0 = c0, .nc = dv - c0,
+                    .sp = f.quant ? (const char *)sc->p + (size_t)j0 * sldb : NULL,
+                    .sldb = sldb, .f = f, .alpha = j0 == 0 && alpha ? alpha + r0 : NULL,
                     .o = o + (size_t)r0 * (size_t)ldo + c0, .ldo = ldo, .vrow = vj,
                     .pfend = n - j0 + min_int(npf, ahead),
-                    .pf = pf ? (const char *)pf + (size_t)j0 * ldvb : NULL, .pfn = npf - j0,
-                    .rowb = rowb};
+                    .pf = pf ? (const char *)pf + (size_t)j0 * (size_t)ldvb : NULL,
+                    .pfn = npf - j0, .rowb = rowb};
                 const int on = c0 == 0 ? ahead : 0;
+                if (narrow) {
+                    pvrb_4x4v(rows, &a, on);
+                    continue;
+                }
                 switch (min_int(4, (dv - c0 + 31) / 32)) {
                 case 1: pvrb_3x2v(rows, &a, on); continue;
                 case 2: pvrb_3x4v(rows, &a, on); continue;

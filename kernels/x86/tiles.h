@@ -53,8 +53,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../convert.h"
-#include "../kvq.h"
+#include "kvload.h"
 #include "reduce.h"
 #include "transpose.h"
 
@@ -70,44 +69,8 @@ enum { QK_ROWS_MAX = 12, QKR_ROWS_MAX = 8 };
 enum { QKR_NK_MAX = 8, QKR_ACC_MAX = 16 };
 _Static_assert(VL % QKR_NK_MAX == 0, "qk_rows' steps tile a strip of VL keys");
 
-/* ---- widening loads (the reduction tree is reduce.h's, the transpose transpose.h's) */
-
-/* The lanes t of a row stored as dt from element i, widened exactly to fp32 (lanes
- * outside t are neither read nor faulted on: 0). */
-ALWAYS_INLINE vf load_dt(const void *row, int i, sdpa_dtype dt, vtail t) {
-    if (dt == SDPA_F16)
-        return v_widen_f16(v_load_u16((const uint16_t *)row + i, t));
-    if (dt == SDPA_BF16)
-        return v_widen_bf16(v_load_u16((const uint16_t *)row + i, t));
-    return v_load_tail((const float *)row + i, t);
-}
-
-/* 1 for the quantized storage types (a compile-time constant wherever dt is one). */
-ALWAYS_INLINE int dt_quant(sdpa_dtype dt) {
-    return dt == SDPA_I8 || dt == SDPA_I4 || dt == SDPA_FP8_E4M3 || dt == SDPA_FP8_E5M2;
-}
-
-/* Bytes of n elements stored as dt (n even for SDPA_I4, two codes per byte). */
-ALWAYS_INLINE size_t dt_bytes(sdpa_dtype dt, size_t n) {
-    if (dt == SDPA_I4)
-        return n / 2;
-    return dt_quant(dt) ? n : n * elem_bytes(dt);
-}
-
-/* The lanes t, the first nt of them, of a row stored as dt from element i, as fp32: the
- * 16-bit and fp32 types widened (load_dt), a quantized type decoded (kvq.h) and
- * multiplied by its scale sv, fl(value(code) * scale) as `dequant` gives it. Lanes
- * outside t are 0, also when the scale is inf or NaN. With fold (e4m3_fold) an e4m3
- * code's value comes without its 2^8 and sv carries it. */
-ALWAYS_INLINE vf load_kv(const char *row, int i, sdpa_dtype dt, vtail t, int nt, vf sv,
-                         int fold) {
-    if (!dt_quant(dt))
-        return load_dt(row, i, dt, t);
-    const int raw = dt == SDPA_FP8_E4M3 && fold;
-    if (nt < VL)
-        return v_keep(t, (vf)kvq_codes_part(dt, (const unsigned char *)row, i, nt, raw) * sv);
-    return (vf)kvq_codes_x(dt, (const unsigned char *)row, i, raw) * sv;
-}
+/* ---- widening loads: kernels/x86/kvload.h (the reduction tree is reduce.h's, the
+ * transpose transpose.h's) */
 
 /* load_kv's codes without their scale, value(code) in the lanes t (0 elsewhere): an int8
  * row whose scale is taken once per key instead ("int8 scales factored", below). */
@@ -139,13 +102,6 @@ static inline int e4m3_fold(sdpa_dtype dt, const sdpa_qscales *qs, int dim) {
     return 1;
 }
 
-/* Scale i of a quantized row's scales at sp (bytes), fp32 or, where f16, binary16, in
- * every lane. */
-ALWAYS_INLINE vf scale_at(const char *sp, int64_t i, int f16) {
-    return f16 ? v_bcast_f16((const uint16_t *)(const void *)sp + i)
-               : v_bcast((const float *)(const void *)sp + i);
-}
-
 /* int8 scales factored. Where every code of a key times its scale s is exact in fp32
  * (kernels/convert.h, sdpa_i8_scale_exact: s with its low 7 significand bits 0, as
  * sdpa_kv_write writes them, or any finite binary16 s), the key's dequantized row is
@@ -160,18 +116,6 @@ ALWAYS_INLINE vf scale_at(const char *sp, int64_t i, int f16) {
  * keys multiply as before, a factored key's results are the same bits whichever keys
  * share its step, and one scale per key (per token or per head) is the only layout
  * factored: with groups of channels the multiplications move instead of going. */
-
-/* The scale at sp as fp32 (binary16 where f16). */
-ALWAYS_INLINE float scale_f32(const char *sp, int f16) {
-    uint16_t h;
-    float f;
-    if (f16) {
-        memcpy(&h, sp, sizeof h);
-        return _cvtsh_ss(h);
-    }
-    memcpy(&f, sp, sizeof f);
-    return f;
-}
 
 /* The scales of n <= VL keys, key j's at sp + j ld bytes (binary16 where f16), as fp32
  * lanes, 0 past n. */
