@@ -31,6 +31,10 @@
 #define BF16C(nm, ...)                                                                     \
     {.name = nm, .best_isa_only = 1,                                                       \
      .c = {.guard = SC_GUARD_HUGE, .seed = 1, .compute = SDPA_COMPUTE_BF16, __VA_ARGS__}}
+/* The same, only in the full suite (as ENGINE_FULL below). */
+#define BF16C_FULL(nm, ...)                                                                \
+    {.name = nm, .best_isa_only = 1, .full_only = 1,                                       \
+     .c = {.guard = SC_GUARD_HUGE, .seed = 1, .compute = SDPA_COMPUTE_BF16, __VA_ARGS__}}
 /* A shape engines run, timed on the best ISA only in the default suite (every ISA in the
  * full one): the suite stays under its budget with them. */
 #define ENGINE(nm, ...)                                                                    \
@@ -141,6 +145,12 @@ const sb_shape sb_suite[] = {
     ENGINE("chunked-prefill-int8-paged16", .B = 1, .Hq = 8, .Hkv = 2, .Tq = 512, .Tkv = 16384,
            .Dk = 128, .Dv = 128, .causal = SDPA_CAUSAL_BOTTOM_RIGHT, .dt = KV_I8,
            .qscale = SC_QS_ROW, .page = 16),
+    /* the bf16 compute mode over the same caches: a bf16 model's decode over vLLM's
+     * paged bf16 cache, and over an int8 one (full suite) */
+    BF16C("decode-long-bf16-paged16", .B = 1, .Hq = 32, .Hkv = 8, .Tq = 1, .Tkv = 65536,
+          .Dk = 128, .Dv = 128, .dt = BF16_ALL, .page = 16),
+    BF16C_FULL("decode-long-int8-bf16", .B = 1, .Hq = 32, .Hkv = 8, .Tq = 1, .Tkv = 65536,
+               .Dk = 128, .Dv = 128, .dt = KV_I8, .qscale = SC_QS_ROW),
 };
 const int sb_suite_len = (int)(sizeof sb_suite / sizeof sb_suite[0]);
 

@@ -50,13 +50,17 @@ KV_CACHE_PAIRS = (("decode-long-paged16", "decode-long", 0.95),
                   ("decode-long-int4", "decode-long-f16", 3.2),
                   ("decode-long-fp8", "decode-long-f16", 1.8),
                   ("decode-long-fp8-e5m2", "decode-long-f16", 1.8),
-                  ("chunked-prefill-int8-paged16", "chunked-prefill", 0.8))
+                  ("chunked-prefill-int8-paged16", "chunked-prefill", 0.8),
+                  # the bf16 compute mode's, by the same rules against its bf16 cache
+                  ("decode-long-bf16-paged16", "decode-long-bf16", 0.95),
+                  ("decode-long-int8-bf16", "decode-long-bf16", 1.8))
 # Issue 17: int8 decode reads its codes and scales at this % of the DRAM read bandwidth
 # or more at all cores.
 TARGET_INT8_DRAM = 85.0
 # KiB of one head's page in the paged rows (16 tokens x Dk 128 x the element size), the
 # chunk of the shuffled read loop that bounds them (bench/peak.h, SB_PAGED_CHUNKS).
-PAGE_KIB = {"decode-long-paged16": 8, "decode-long-f16-paged16": 4}
+PAGE_KIB = {"decode-long-paged16": 8, "decode-long-f16-paged16": 4,
+            "decode-long-bf16-paged16": 4}
 
 
 def fmt_ms(ms):
