@@ -578,6 +578,9 @@ ALWAYS_INLINE void pvrb_tile(const int MRMAX, const int MR, const int NS, sdpa_d
         acc[2 * k + 1] = hi;
     }
     const int n = a->n;
+    /* the scales' form, with "not quantized" a constant where dt is not */
+    qscale_form f = a->f;
+    f.quant = dt_quant(dt) && f.quant;
     for (int j = 0; j < n; j += 2) {
         const char *v0 = a->v + (size_t)j * a->ldvb;
         if (pf > 0 && a->pf)
@@ -585,19 +588,19 @@ ALWAYS_INLINE void pvrb_tile(const int MRMAX, const int MR, const int NS, sdpa_d
         else if (pf > 0)
             prefetch_rows(a->vrow, a->ldvb, a->rowb, j + pf, j + pf + 2, a->pfend);
         /* the pair's scales where quantized; a missing second row has none */
-        const char *s0 = a->f.quant ? a->sp + (size_t)j * a->sldb : NULL;
-        const char *s1 = a->f.quant && j + 1 < n ? s0 + a->sldb : NULL;
-        const vf one0 = row_scale_one(&a->f, s0), one1 = s1 ? row_scale_one(&a->f, s1) : one0;
+        const char *s0 = f.quant ? a->sp + (size_t)j * a->sldb : NULL;
+        const char *s1 = f.quant && j + 1 < n ? s0 + a->sldb : NULL;
+        const vf one0 = row_scale_one(&f, s0), one1 = s1 ? row_scale_one(&f, s1) : one0;
         UNROLL_FULL
         for (int sl = 0; sl < NS; sl++) {
             if (!PVRB_LIVE(32 * sl))
                 continue;
             vf sa, sb;
-            row_scales(&a->f, s0, a->c0 + 32 * sl, one0, &sa, &sb);
+            row_scales(&f, s0, a->c0 + 32 * sl, one0, &sa, &sb);
             const __m512i x0 = row_pairs(v0, 32 * sl, a->nc, dt, sa, sb);
             __m512i x1 = _mm512_setzero_si512();
             if (j + 1 < n) {
-                row_scales(&a->f, s1, a->c0 + 32 * sl, one1, &sa, &sb);
+                row_scales(&f, s1, a->c0 + 32 * sl, one1, &sa, &sb);
                 x1 = row_pairs(v0 + a->ldvb, 32 * sl, a->nc, dt, sa, sb);
             }
             const __m512bh lo = (__m512bh)_mm512_unpacklo_epi16(x0, x1);
