@@ -132,6 +132,15 @@ static int64_t round_rows_bf16(const plan *pl, int n, int64_t dim, const char *s
     return ldd;
 }
 
+/* The bytes between rows of a block or run of K or V (ld elements apart, stored as dt)
+ * that the kernels step over: nrows of them in all, the call's and those it prefetches at
+ * the same stride. Two rows or more lie in one view (or page), which bounds the stride
+ * (validate.c); a single row's stride is unbounded (INT64_MAX passes) and never used, and
+ * multiplied it would overflow, so it is 0. */
+static int64_t rows_ldb(int64_t ld, sdpa_dtype dt, int64_t nrows) {
+    return nrows > 1 ? ld * (int64_t)sdpa_dtype_size(dt) : 0;
+}
+
 /* Ask for the first SDPA_PREFETCH_AHEAD bytes of rows (at most n of them, `bytes` long,
  * ld bytes apart) to be in cache soon: the start of a block of K or V that no kernel
  * call streamed into (run_keys' kahead, vahead). Only the head of the block: a whole
@@ -310,7 +319,7 @@ static int block_scores(const plan *pl, const rows *it, const scratch *w, const 
                 if (pl->bf16_rows) /* rounded to bf16 in the kernel */
                     kt->qk_rows_bf16(rb - ra, (int)len, (int)p->Dk, p->scale,
                                      w->qb + (size_t)ra * (size_t)pl->ldqb, pl->ldqb, k.v,
-                                     k.ld * (int64_t)sdpa_dtype_size(k.dt), k.dt, NULL,
+                                     rows_ldb(k.ld, k.dt, max64(len, pfn)), k.dt, NULL,
                                      s + (j - j0), pl->lds, pfn, pf);
                 else
                     kt->qk_rows(rb - ra, (int)len, (int)p->Dk, p->scale, q, pl->ldq, k.v, k.ld,
@@ -323,7 +332,7 @@ static int block_scores(const plan *pl, const rows *it, const scratch *w, const 
     if (pl->bf16_rows) { /* K rows in place (or a gathered block), rounded in the kernel */
         const int streamed = kv_in_place(pl, 0) && npf > 0;
         kt->qk_rows_bf16(rb - ra, n, (int)p->Dk, p->scale, w->qb + (size_t)ra * (size_t)pl->ldqb,
-                         pl->ldqb, kv->v, kv->ld * (int64_t)sdpa_dtype_size(kv->dt), kv->dt,
+                         pl->ldqb, kv->v, rows_ldb(kv->ld, kv->dt, (int64_t)n + npf), kv->dt,
                          NULL, s, pl->lds, streamed ? npf : 0, NULL);
         return streamed;
     }
@@ -416,7 +425,7 @@ static int block_pv(const plan *pl, const rows *it, const scratch *w, int ra, in
                 const vrows vr = kv_run_rows(pl, it, w, 1, j, len, row);
                 if (pl->bf16_rows) /* runs an even number of keys apart: v_runs */
                     pl->kt->pv_rows_bf16(rb - ra, (int)len, Dv, s + (j - j0), pl->lds, vr.v,
-                                         vr.ld * (int64_t)sdpa_dtype_size(vr.dt), vr.dt, NULL,
+                                         rows_ldb(vr.ld, vr.dt, max64(len, pfn)), vr.dt, NULL,
                                          alpha, o, pl->ldo, pfn, pf);
                 else
                     pl->kt->pv(rb - ra, (int)len, Dv, s + (j - j0), pl->lds, vr.v, vr.ld,
@@ -437,7 +446,7 @@ static int block_pv(const plan *pl, const rows *it, const scratch *w, int ra, in
     if (pl->bf16_rows && !masked) { /* V rows as block_scores' K */
         const int streamed = kv_in_place(pl, 1) && npf > 0;
         pl->kt->pv_rows_bf16(rb - ra, n, Dv, s, pl->lds, v->v,
-                             v->ld * (int64_t)sdpa_dtype_size(v->dt), v->dt, NULL, w->alpha + ra,
+                             rows_ldb(v->ld, v->dt, (int64_t)n + npf), v->dt, NULL, w->alpha + ra,
                              w->o + (size_t)ra * (size_t)pl->ldo, pl->ldo, streamed ? npf : 0,
                              NULL);
         return streamed;
