@@ -62,6 +62,15 @@
  * only the tiles its table, its QKR_MR or its pv_chunk names (AVX2 has no qk_12x2v). */
 #define TILE static __attribute__((noinline, unused))
 
+/* A tail function: one instance shared by every tile, neither inlined nor cloned per
+ * constant argument (gcc's IPA-CP would otherwise give each tile a copy again; clang
+ * 14 does not clone and has no noclone). */
+#ifdef __clang__
+#define TAIL_FN static __attribute__((noinline))
+#else
+#define TAIL_FN static __attribute__((noinline, noclone))
+#endif
+
 /* The most rows of any qk or qk_rows tile below: the size of their accumulator arrays
  * (the instantiated counts use a part; the rest is never touched). */
 enum { QK_ROWS_MAX = 12, QKR_ROWS_MAX = 8 };
@@ -409,15 +418,21 @@ ALWAYS_INLINE void qkr_step(const int R, const int NK, const sdpa_dtype dt, cons
      * made each tile function several times larger for nothing measured */
     NO_UNROLL
     for (int pj = j; pj < j + NK; pj++) {
+        const char *pr = NULL; /* the row, then one prefetch site (as pv_tile) */
+        int l1 = sdpa_prefetch_l1;
         if (pf) { /* a paged cache: the run the driver names, in step */
             if (pj < npf)
-                prefetch_row(pf + (size_t)pj * ldkb, rowb);
+                pr = pf + (size_t)pj * ldkb;
         } else if (pj + ahead < pfend) {
-            if (AT)
-                prefetch_row_to(kat[pj + ahead], rowb, sdpa_prefetch_at_l1);
-            else
-                prefetch_row((const char *)k + (size_t)(pj + ahead) * ldkb, rowb);
+            if (AT) {
+                pr = kat[pj + ahead];
+                l1 = sdpa_prefetch_at_l1;
+            } else {
+                pr = (const char *)k + (size_t)(pj + ahead) * ldkb;
+            }
         }
+        if (pr)
+            prefetch_row_to(pr, rowb, l1);
     }
     const char *kr[QKR_NK_MAX], *scr[QKR_NK_MAX];
     UNROLL_FULL
@@ -426,6 +441,46 @@ ALWAYS_INLINE void qkr_step(const int R, const int NK, const sdpa_dtype dt, cons
         scr[i] = dt_quant(dt) ? sc + (int64_t)(js + i) * ldscb : NULL;
     }
     qkr_keys(R, NK, dt, UNSC, dk, q, ldq, kr, scr, f16, fold, group, t, ldt);
+}
+
+/* qkr_step for one key and R rows, R at run time: the rows one at a time, each the FMA
+ * chain a step of any R and NK gives it (qkr_keys), so the same bits. qkr_rows' last
+ * keys, fewer than a step, run here: compiled once per storage type rather than inlined
+ * into every row count's tile (docs/PERFORMANCE.md, "Compile time"), for at most NK - 1
+ * keys a call. */
+TAIL_FN void
+qkr_tail_key(int R, sdpa_dtype dt, int unsc, int AT, int j, int js, int dk, const float *q,
+             int ldq, const void *k, size_t ldkb, const char *sc, int64_t ldscb, int f16,
+             int fold, int group, size_t rowb, int ahead, int pfend, int npf, const char *pf,
+             const char *const *kat, vf *t, int ldt) {
+    for (int r = 0; r < R; r++) {
+        /* the prefetches once, with the first row */
+        const int pfr = r == 0 ? pfend : 0, npfr = r == 0 ? npf : 0;
+        const float *qr = q + (size_t)r * (size_t)ldq;
+#define QKR_TAIL(DT, UNSC, FOLD)                                                              \
+    qkr_step(1, 1, DT, UNSC, AT, j, js, dk, qr, ldq, k, ldkb, sc, ldscb, f16, FOLD, group,     \
+             rowb, ahead, pfr, npfr, r == 0 ? pf : NULL, kat, t + (size_t)r * (size_t)ldt, 1)
+        switch (dt) {
+        case SDPA_F16: QKR_TAIL(SDPA_F16, 0, 0); break;
+        case SDPA_BF16: QKR_TAIL(SDPA_BF16, 0, 0); break;
+        case SDPA_I8:
+            if (unsc)
+                QKR_TAIL(SDPA_I8, 1, 0);
+            else
+                QKR_TAIL(SDPA_I8, 0, 0);
+            break;
+        case SDPA_I4: QKR_TAIL(SDPA_I4, 0, 0); break;
+        case SDPA_FP8_E4M3:
+            if (fold)
+                QKR_TAIL(SDPA_FP8_E4M3, 0, 1);
+            else
+                QKR_TAIL(SDPA_FP8_E4M3, 0, 0);
+            break;
+        case SDPA_FP8_E5M2: QKR_TAIL(SDPA_FP8_E5M2, 0, 0); break;
+        default: /* SDPA_F32 */ QKR_TAIL(SDPA_F32, 0, 0); break;
+        }
+#undef QKR_TAIL
+    }
 }
 
 /* qkr_step's arguments after js, as qkr_rows has them (a strip's scales: ssc, sld, sf16). */
@@ -498,20 +553,18 @@ ALWAYS_INLINE void qkr_rows(const int R, const sdpa_dtype dt, int AT, int n, int
                     t[r * G + g] = raw[r * NK];
                 }
             }
-            if (g * NK < nk) { /* the call's last keys: one at a time (a step of its own
-                                * per count would double the file's compile time), zeros
-                                * past them, in an array of their own (a runtime offset
-                                * into raw would keep the main steps' results in memory) */
+            if (g * NK < nk) { /* the call's last keys: one at a time (qkr_tail_key),
+                                * zeros past them, in an array of their own (a runtime
+                                * offset into raw would keep the main steps' results in
+                                * memory) */
                 vf part[QKR_ACC_MAX];
                 UNROLL_FULL
                 for (int a = 0; a < R * NK; a++)
                     part[a] = v_zero();
                 for (int jj = g * NK; jj < nk; jj++) {
                     const int j = j0 + jj;
-                    if ((fm >> jj) & 1u)
-                        qkr_step(R, 1, dt, 1, AT, j, j - js0, QKR_STEP, part + jj - g * NK, NK);
-                    else
-                        qkr_step(R, 1, dt, 0, AT, j, j - js0, QKR_STEP, part + jj - g * NK, NK);
+                    qkr_tail_key(R, dt, (fm >> jj) & 1u, AT, j, j - js0, QKR_STEP,
+                                 part + jj - g * NK, NK);
                 }
                 UNROLL_FULL
                 for (int r = 0; r < R; r++) {
@@ -884,15 +937,23 @@ ALWAYS_INLINE void pv_tile(const int MRMAX, const int MR, const int NV, const in
     } else {
         for (int j = 0; j < n; j++) {
             const char *vj = AT ? a->vat[j] + a->voff : v + (size_t)j * ldvb;
+            /* which row to prefetch, then one prefetch site (one per site would triple
+             * the unrolled prefetches, a fifth of the file's code) */
+            const char *pr = NULL;
+            int l1 = sdpa_prefetch_l1;
             if (a->pfrun) {
                 if (pf > 0 && j < a->pfn)
-                    pv_prefetch(NV, dt, a, a->pfrun + (size_t)j * ldvb, sdpa_prefetch_l1);
+                    pr = a->pfrun + (size_t)j * ldvb;
             } else if (pf > 0 && j + pf < a->pfend) {
-                if (AT)
-                    pv_prefetch(NV, dt, a, a->vat[j + pf] + a->voff, sdpa_prefetch_at_l1);
-                else
-                    pv_prefetch(NV, dt, a, vj + (size_t)pf * ldvb, sdpa_prefetch_l1);
+                if (AT) {
+                    pr = a->vat[j + pf] + a->voff;
+                    l1 = sdpa_prefetch_at_l1;
+                } else {
+                    pr = vj + (size_t)pf * ldvb;
+                }
             }
+            if (pr)
+                pv_prefetch(NV, dt, a, pr, l1);
             const char *sj = dt_quant(dt) && !UNSC ? a->sc + (int64_t)j * a->ldscb : NULL;
             pv_key(MR, NV, FULL, dt, FOLD, UNSC, a, vj, sj, p, ldp, j, last, acc);
         }
