@@ -26,6 +26,10 @@ void suite_schedule(void);  /* the schedule model against real runs, many-core t
 void suite_bf16(void);      /* the bf16 compute mode under its error model */
 void suite_kvcache(void);   /* paged and quantized K/V, sdpa_kv_write */
 
+/* test_extremes.c's NaN and inf scales and codes in quantized, paged K/V, in the bf16
+ * compute mode: run by suite_bf16. */
+void extremes_kv_special_bf16(void);
+
 /* Set by main.c from --quick: smaller sweeps for slow builds (sanitizers). */
 extern int th_quick;
 

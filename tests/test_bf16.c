@@ -490,6 +490,7 @@ void suite_bf16(void) {
     roundings_seen();
     hidden_inf();
     extremes();
+    extremes_kv_special_bf16();
     /* a compute value no table knows is refused before anything is written */
     sc_case c = {.B = 1, .Hq = 1, .Hkv = 1, .Tq = 4, .Tkv = 4, .Dk = 8, .Dv = 8, .seed = 1};
     sc_tensors t;

@@ -1024,19 +1024,19 @@ static void fill_kv_special(sc_tensors *t, const sc_case *c, void *ctx) {
             ((uint8_t *)t->mask)[i * m->stride_q + j] = !(j == ks->key && i % 2 == 0);
 }
 
-static void kv_special_values(void) {
+static void kv_special_values_in(int compute, int64_t Tq) {
     static const sdpa_dtype dts[6][2] = {{SDPA_I8, SDPA_F32},       {SDPA_I8, SDPA_BF16},
                                          {SDPA_F16, SDPA_I8},       {SDPA_F32, SDPA_I8},
                                          {SDPA_FP8_E4M3, SDPA_F16}, {SDPA_F32, SDPA_FP8_E5M2}};
     static const char *names[6] = {"NaN K scale", "+inf K scale", "NaN V scale", "+inf V scale",
                                    "NaN e4m3 code in K", "NaN e5m2 code in V"};
     for (int which = 0; which < 6; which++) {
-        sc_case c = {.B = 1, .Hq = 2, .Hkv = 1, .Tq = 24, .Tkv = 70, .Dk = 16, .Dv = 16,
+        sc_case c = {.B = 1, .Hq = 2, .Hkv = 1, .Tq = Tq, .Tkv = 70, .Dk = 16, .Dv = 16,
                      .causal = 1, .page = which % 2 ? 5 : 16, .mask = SDPA_MASK_BOOL,
                      .mask_bcast = SC_BCAST_B | SC_BCAST_H,
                      .qscale_dt = which == 2 ? SDPA_F16 : SDPA_F32,
                      .dt = {SDPA_F32, dts[which][0], dts[which][1], SDPA_F32},
-                     .seed = seed_of(12, which, 0)};
+                     .compute = compute, .seed = seed_of(12, which, (uint64_t)Tq)};
         kv_special ks = {which, 60};
         sc_tensors out;
         if (!th_run_case_with(&c, names[which], fill_kv_special, &ks, &out))
@@ -1056,10 +1056,22 @@ static void kv_special_values(void) {
                 }
                 ok &= hit && (which == 0 || which == 1 || which == 4) ? isnan(lse) : isfinite(lse);
             }
-        CHECK(ok, "%s of key %lld: only the rows that see it (not the masked even rows, not "
-              "the rows before it) must be hit", names[which], (long long)ks.key);
+        CHECK(ok, "%s of key %lld (%s compute, Tq %lld): only the rows that see it (not the "
+              "masked even rows, not the rows before it) must be hit", names[which],
+              (long long)ks.key, compute == SDPA_COMPUTE_BF16 ? "bf16" : "fp32", (long long)Tq);
         sc_tensors_free(&out);
     }
+}
+
+static void kv_special_values(void) { kv_special_values_in(SDPA_COMPUTE_F32, 24); }
+
+/* The same in the bf16 compute mode, for the bf16 suite (which runs on every table that
+ * computes it, avx512bf16 included, where this suite does not): also at Tq = 2, rows that
+ * decode's kernels take (avx512bf16's decode pair decodes the codes and scales in
+ * registers). */
+void extremes_kv_special_bf16(void) {
+    kv_special_values_in(SDPA_COMPUTE_BF16, 24);
+    kv_special_values_in(SDPA_COMPUTE_BF16, 2);
 }
 
 /* Pages longer than len_kv (one page per entry, partly used), a single key in pages of
