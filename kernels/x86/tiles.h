@@ -62,15 +62,6 @@
  * only the tiles its table, its QKR_MR or its pv_chunk names (AVX2 has no qk_12x2v). */
 #define TILE static __attribute__((noinline, unused))
 
-/* A tail function: one instance shared by every tile, neither inlined nor cloned per
- * constant argument (gcc's IPA-CP would otherwise give each tile a copy again; clang
- * 14 does not clone and has no noclone). */
-#ifdef __clang__
-#define TAIL_FN static __attribute__((noinline))
-#else
-#define TAIL_FN static __attribute__((noinline, noclone))
-#endif
-
 /* The most rows of any qk or qk_rows tile below: the size of their accumulator arrays
  * (the instantiated counts use a part; the rest is never touched). */
 enum { QK_ROWS_MAX = 12, QKR_ROWS_MAX = 8 };
@@ -409,7 +400,7 @@ ALWAYS_INLINE int qkr_nk(const int R, const int quant) {
  * partial sums into t[r ldt + i] (qkr_keys; with UNSC, int8 codes unscaled), key j's
  * scales at sc + js ldscb. */
 ALWAYS_INLINE void qkr_step(const int R, const int NK, const sdpa_dtype dt, const int UNSC,
-                            int AT, int j, int js, int dk, const float *q, int ldq,
+                            int AT, int nreal, int j, int js, int dk, const float *q, int ldq,
                             const void *k, size_t ldkb, const char *sc, int64_t ldscb,
                             int f16, int fold, int group, size_t rowb, int ahead, int pfend,
                             int npf, const char *pf, const char *const *kat, vf *t,
@@ -435,52 +426,22 @@ ALWAYS_INLINE void qkr_step(const int R, const int NK, const sdpa_dtype dt, cons
             prefetch_row_to(pr, rowb, l1);
     }
     const char *kr[QKR_NK_MAX], *scr[QKR_NK_MAX];
-    UNROLL_FULL
-    for (int i = 0; i < NK; i++) {
-        kr[i] = AT ? kat[j + i] : (const char *)k + (size_t)(j + i) * ldkb;
-        scr[i] = dt_quant(dt) ? sc + (int64_t)(js + i) * ldscb : NULL;
+    if (nreal == NK) {
+        UNROLL_FULL
+        for (int i = 0; i < NK; i++) {
+            kr[i] = AT ? kat[j + i] : (const char *)k + (size_t)(j + i) * ldkb;
+            scr[i] = dt_quant(dt) ? sc + (int64_t)(js + i) * ldscb : NULL;
+        }
+    } else { /* the call's last keys, fewer than a step: the missing ones repeat the last
+              * (rows of the call, so in bounds; their sums are never stored) */
+        UNROLL_FULL
+        for (int i = 0; i < NK; i++) {
+            const int ii = i < nreal ? i : nreal - 1;
+            kr[i] = AT ? kat[j + ii] : (const char *)k + (size_t)(j + ii) * ldkb;
+            scr[i] = dt_quant(dt) ? sc + (int64_t)(js + ii) * ldscb : NULL;
+        }
     }
     qkr_keys(R, NK, dt, UNSC, dk, q, ldq, kr, scr, f16, fold, group, t, ldt);
-}
-
-/* qkr_step for one key and R rows, R at run time: the rows one at a time, each the FMA
- * chain a step of any R and NK gives it (qkr_keys), so the same bits. qkr_rows' last
- * keys, fewer than a step, run here: compiled once per storage type rather than inlined
- * into every row count's tile (docs/PERFORMANCE.md, "Compile time"), for at most NK - 1
- * keys a call. */
-TAIL_FN void
-qkr_tail_key(int R, sdpa_dtype dt, int unsc, int AT, int j, int js, int dk, const float *q,
-             int ldq, const void *k, size_t ldkb, const char *sc, int64_t ldscb, int f16,
-             int fold, int group, size_t rowb, int ahead, int pfend, int npf, const char *pf,
-             const char *const *kat, vf *t, int ldt) {
-    for (int r = 0; r < R; r++) {
-        /* the prefetches once, with the first row */
-        const int pfr = r == 0 ? pfend : 0, npfr = r == 0 ? npf : 0;
-        const float *qr = q + (size_t)r * (size_t)ldq;
-#define QKR_TAIL(DT, UNSC, FOLD)                                                              \
-    qkr_step(1, 1, DT, UNSC, AT, j, js, dk, qr, ldq, k, ldkb, sc, ldscb, f16, FOLD, group,     \
-             rowb, ahead, pfr, npfr, r == 0 ? pf : NULL, kat, t + (size_t)r * (size_t)ldt, 1)
-        switch (dt) {
-        case SDPA_F16: QKR_TAIL(SDPA_F16, 0, 0); break;
-        case SDPA_BF16: QKR_TAIL(SDPA_BF16, 0, 0); break;
-        case SDPA_I8:
-            if (unsc)
-                QKR_TAIL(SDPA_I8, 1, 0);
-            else
-                QKR_TAIL(SDPA_I8, 0, 0);
-            break;
-        case SDPA_I4: QKR_TAIL(SDPA_I4, 0, 0); break;
-        case SDPA_FP8_E4M3:
-            if (fold)
-                QKR_TAIL(SDPA_FP8_E4M3, 0, 1);
-            else
-                QKR_TAIL(SDPA_FP8_E4M3, 0, 0);
-            break;
-        case SDPA_FP8_E5M2: QKR_TAIL(SDPA_FP8_E5M2, 0, 0); break;
-        default: /* SDPA_F32 */ QKR_TAIL(SDPA_F32, 0, 0); break;
-        }
-#undef QKR_TAIL
-    }
 }
 
 /* qkr_step's arguments after js, as qkr_rows has them (a strip's scales: ssc, sld, sf16). */
@@ -491,7 +452,11 @@ qkr_tail_key(int R, sdpa_dtype dt, int unsc, int AT, int j, int js, int dk, cons
  * tree at once (reduce.h: a group of adjacent vectors gives there what it gives inside
  * the whole tree), the VL / NK results per row to a stack buffer, and the tree's other
  * rounds turn them into the row's VL scores in key order, scaled and stored (masked in
- * the tail strip, whose missing keys are zero vectors, never stored). A score is one FMA
+ * the tail strip, whose missing keys are zero vectors, never stored). The call's last
+ * keys, fewer than NK, run as a step whose missing keys repeat the last key (a step of
+ * their own per row count had made the x86 files' compile time a third longer:
+ * docs/PERFORMANCE.md, "Compile time"); the tree keeps keys apart, so the extra sums
+ * touch only lanes that are never stored. A score is one FMA
  * chain over dk then the fixed tree, whatever R, NK and whichever keys share its loads,
  * so a row's bits do not depend on the other rows of the call. Where kat is not NULL
  * (qk_rows_at) row j is at kat[j] instead of k + j ldkb (the same arithmetic, so the
@@ -519,7 +484,6 @@ ALWAYS_INLINE void qkr_rows(const int R, const sdpa_dtype dt, int AT, int n, int
     vf t[QKR_ROWS_MAX * (VL / 2)], raw[QKR_ACC_MAX];
     /* an int8 K with one scale per key: its scales factored where exact (i8_factor) */
     const int fac = dt == SDPA_I8 && sc != NULL && group == dk;
-    const unsigned full = (1u << NK) - 1u;
     for (int j0 = 0; j0 < n; j0 += VL) {
         const int nk = min_int(VL, n - j0);
         const unsigned all = (1u << nk) - 1u; /* nk <= VL <= 16 */
@@ -541,37 +505,18 @@ ALWAYS_INLINE void qkr_rows(const int R, const sdpa_dtype dt, int AT, int n, int
         }
         for (int redo = 0;; redo = 1) {
             int g = 0;
-            for (; g * NK + NK <= nk; g++) {
-                const int j = j0 + g * NK;
-                if (((fm >> (g * NK)) & full) == full)
-                    qkr_step(R, NK, dt, 1, AT, j, j - js0, QKR_STEP, raw, NK);
+            for (; g * NK < nk; g++) { /* the last step may have fewer keys (qkr_step) */
+                const int j = j0 + g * NK, nreal = min_int(NK, nk - g * NK);
+                const unsigned real = (1u << nreal) - 1u;
+                if (((fm >> (g * NK)) & real) == real)
+                    qkr_step(R, NK, dt, 1, AT, nreal, j, j - js0, QKR_STEP, raw, NK);
                 else
-                    qkr_step(R, NK, dt, 0, AT, j, j - js0, QKR_STEP, raw, NK);
+                    qkr_step(R, NK, dt, 0, AT, nreal, j, j - js0, QKR_STEP, raw, NK);
                 UNROLL_FULL
                 for (int r = 0; r < R; r++) {
                     tree_rounds(raw + r * NK, 0, LOG_NK, 0);
                     t[r * G + g] = raw[r * NK];
                 }
-            }
-            if (g * NK < nk) { /* the call's last keys: one at a time (qkr_tail_key),
-                                * zeros past them, in an array of their own (a runtime
-                                * offset into raw would keep the main steps' results in
-                                * memory) */
-                vf part[QKR_ACC_MAX];
-                UNROLL_FULL
-                for (int a = 0; a < R * NK; a++)
-                    part[a] = v_zero();
-                for (int jj = g * NK; jj < nk; jj++) {
-                    const int j = j0 + jj;
-                    qkr_tail_key(R, dt, (fm >> jj) & 1u, AT, j, j - js0, QKR_STEP,
-                                 part + jj - g * NK, NK);
-                }
-                UNROLL_FULL
-                for (int r = 0; r < R; r++) {
-                    tree_rounds(part + r * NK, 0, LOG_NK, 0);
-                    t[r * G + g] = part[r * NK];
-                }
-                g++;
             }
             for (; g < G; g++)
                 UNROLL_FULL
