@@ -453,8 +453,8 @@ ALWAYS_INLINE void qkr_step(const int R, const int NK, const sdpa_dtype dt, cons
  * the whole tree), the VL / NK results per row to a stack buffer, and the tree's other
  * rounds turn them into the row's VL scores in key order, scaled and stored (masked in
  * the tail strip, whose missing keys are zero vectors, never stored). The call's last
- * keys, fewer than NK, run as a step whose missing keys repeat the last key (a step of
- * their own per row count had made the x86 files' compile time a third longer:
+ * keys, fewer than NK, run as a step whose missing keys repeat the last key (a one-key
+ * step of their own in every row count's tile was a sixth of the x86 files' code:
  * docs/PERFORMANCE.md, "Compile time"); the tree keeps keys apart, so the extra sums
  * touch only lanes that are never stored. A score is one FMA
  * chain over dk then the fixed tree, whatever R, NK and whichever keys share its loads,
