@@ -145,8 +145,12 @@ void item_rows(const plan *pl, const scratch *w, int64_t t, rows *it);
 /* Floats of one split-KV partial: the lse of every row, then the normalised O rows. */
 size_t partial_floats(const plan *pl);
 /* Run phase-1 unit u / finishing unit f with worker scratch w (any order within a
- * phase, any thread; every unit of phase 1 before any finishing unit). */
-void plan_run_unit(const plan *pl, int64_t u, const scratch *w);
+ * phase, any thread; every unit of phase 1 before any finishing unit). next: the unit
+ * the same worker runs right after u, or -1 when not known; when it is the next chunk
+ * of u's item, u's last blocks stream K and V on into that chunk's first rows, as
+ * blocks within a unit do, instead of that chunk starting cold (prefetches only: the
+ * results are the same bits whatever next says). */
+void plan_run_unit(const plan *pl, int64_t u, int64_t next, const scratch *w);
 void plan_finish_unit(const plan *pl, int64_t f, const scratch *w);
 /* The counters of a plan whose units have all run, with the threads that ran them and
  * the bytes of their scratch. */
@@ -157,9 +161,11 @@ void plan_stats(const plan *pl, int threads, size_t worker_bytes, sdpa_stats *st
 /* Gather the item's Q rows into fp32 scratch (real rows only). */
 void gather_q(const plan *pl, const rows *it, const scratch *w);
 /* Keys [ja, jb) of item it: in PLAN_FORWARD mode leaves m, l, O of its real rows in w;
- * in PLAN_WEIGHTS mode writes the rows' weights of those keys. */
+ * in PLAN_WEIGHTS mode writes the rows' weights of those keys. Keys [jb, jnext) (jnext
+ * >= jb, within the item's keys) are read next by the same worker: the kernels may
+ * prefetch into them. */
 void run_keys(const plan *pl, const rows *it, const scratch *w, int64_t ja, int64_t jb,
-              counters *c);
+              int64_t jnext, counters *c);
 
 /* ---- mask.c ---- */
 

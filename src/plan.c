@@ -341,7 +341,7 @@ void item_rows(const plan *pl, const scratch *w, int64_t t, rows *it) {
         it->ulo = it->uhi = 0;
 }
 
-void plan_run_unit(const plan *pl, int64_t u, const scratch *w) {
+void plan_run_unit(const plan *pl, int64_t u, int64_t next, const scratch *w) {
     rows it;
     const int64_t t = u / pl->nchunks, ch = u % pl->nchunks;
     item_rows(pl, w, t, &it);
@@ -349,15 +349,19 @@ void plan_run_unit(const plan *pl, int64_t u, const scratch *w) {
     c->computed = c->masked = 0;
     /* blocks the item's sequence has in all, counted once per item */
     c->total = ch == 0 ? ceil_div(it.seq.tkv, pl->bc) : 0;
-    int64_t ja = it.ulo, jb = it.uhi;
+    int64_t ja = it.ulo, jb = it.uhi, jnext = jb;
     if (pl->chunk) {
         ja = max64(ja, ch * pl->chunk);
         jb = min64(jb, (ch + 1) * pl->chunk);
+        /* units are numbered item-major (u = t nchunks + ch): u + 1 of the same item is
+         * its next chunk, the continuation of this unit's K and V rows */
+        jnext = next == u + 1 && ch + 1 < pl->nchunks ? min64(it.uhi, (ch + 2) * pl->chunk) : jb;
+        jnext = max64(jnext, jb);
     }
     if (pl->mode == PLAN_WEIGHTS && (it.mvalid == 0 || ja >= jb))
         return;
     gather_q(pl, &it, w);
-    run_keys(pl, &it, w, ja, jb, c);
+    run_keys(pl, &it, w, ja, jb, jnext, c);
     if (pl->mode == PLAN_WEIGHTS)
         return;
     if (!pl->chunk) {
@@ -429,7 +433,7 @@ sdpa_status sdpa_plan_run(const sdpa_plan *pl, int64_t unit, void *buf) {
         return st;
     scratch w;
     plan_scratch(pl, buf, &w);
-    plan_run_unit(pl, unit, &w);
+    plan_run_unit(pl, unit, -1, &w);
     return SDPA_OK;
 }
 

@@ -70,8 +70,12 @@ static int run_plan(const plan *pl, int nt, char *buf, const sched_entry *ord) {
     if (nt == 1) {
         scratch w;
         plan_scratch(pl, buf, &w);
-        for (int64_t k = 0; k < pl->units; k++)
-            plan_run_unit(pl, schedule_unit(pl, ord, k), &w);
+        /* one worker runs the units in order, so it knows the next one (plan_run_unit) */
+        for (int64_t k = 0, u = pl->units ? schedule_unit(pl, ord, 0) : 0; k < pl->units; k++) {
+            const int64_t next = k + 1 < pl->units ? schedule_unit(pl, ord, k + 1) : -1;
+            plan_run_unit(pl, u, next, &w);
+            u = next;
+        }
         for (int64_t f = 0; f < pl->finish_units; f++)
             plan_finish_unit(pl, f, &w);
         return used;
@@ -86,7 +90,7 @@ static int run_plan(const plan *pl, int nt, char *buf, const sched_entry *ord) {
         plan_scratch(pl, buf + (size_t)tid * pl->scratch_bytes, &w);
 #pragma omp for schedule(dynamic, 1)
         for (int64_t k = 0; k < pl->units; k++)
-            plan_run_unit(pl, schedule_unit(pl, ord, k), &w);
+            plan_run_unit(pl, schedule_unit(pl, ord, k), -1, &w);
 #pragma omp for schedule(dynamic, 1)
         for (int64_t f = 0; f < pl->finish_units; f++)
             plan_finish_unit(pl, f, &w);

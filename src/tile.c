@@ -527,7 +527,7 @@ static void weights_block(const plan *pl, const rows *it, const scratch *w, int 
 }
 
 void run_keys(const plan *pl, const rows *it, const scratch *w, int64_t ja, int64_t jb,
-              counters *c) {
+              int64_t jnext, counters *c) {
     const sdpa_problem *p = &pl->p;
     const sdpa_kernels *kt = pl->kt;
     const int forward = pl->mode == PLAN_FORWARD;
@@ -589,10 +589,11 @@ void run_keys(const plan *pl, const rows *it, const scratch *w, int64_t ja, int6
             }
         }
         c->computed++;
-        /* keys of the unit after this block, the rows a kernel may prefetch past it, in
-         * plans of few rows (decode: K and V stream from DRAM; prefill's items reuse
-         * each block, and its pv prefetches nothing) */
-        const int npf = pl->k_in_place ? (int)min64(jb - j1, INT32_MAX) : 0;
+        /* keys after this block that this worker reads next (the unit's, then the next
+         * chunk's: jnext), the rows a kernel may prefetch past it, in plans of few rows
+         * (decode: K and V stream from DRAM; prefill's items reuse each block, and its
+         * pv prefetches nothing) */
+        const int npf = pl->k_in_place ? (int)min64(jnext - j1, INT32_MAX) : 0;
         vrows v = {NULL, 0, SDPA_F32};
         if (vin) {
             v = (vrows){vbase + (size_t)(j0 * p->vs[2]) * ves, p->vs[2], p->vt};
