@@ -414,6 +414,18 @@ static void test_known_answers(void) {
         ok &= sdpa_f32_to_f16(f16[i].f) == f16[i].h;
     }
     CHECK(ok, "binary16 encodings");
+    /* every binary16 pattern against the format's definition: 2^(e - 15) (1 + f / 2^10),
+     * 2^-14 f / 2^10 for e = 0, inf, NaN with its payload moved up 13 bits and quietened */
+    int bad16 = 0;
+    for (uint32_t h = 0; h < 0x10000u; h++) {
+        const uint32_t e = (h >> 10) & 31u, f = h & 0x3ffu;
+        uint32_t want = e == 31u ? 0x7f800000u | f << 13 | (f ? 0x400000u : 0u)
+                                 : sdpa_bits_from_f32(ldexpf((float)(e ? 0x400u + f : f),
+                                                             (e ? (int)e : 1) - 25));
+        want |= (h & 0x8000u) << 16;
+        bad16 += sdpa_bits_from_f32(sdpa_f16_to_f32((uint16_t)h)) != want;
+    }
+    CHECK(bad16 == 0, "binary16 widening: %d of 65536 patterns wrong", bad16);
     /* rounding: ties to even, overflow to inf, below half the smallest subnormal to 0 */
     CHECK(sdpa_f32_to_f16(1.0f + 0x1p-11f) == 0x3c00 && sdpa_f32_to_f16(1.0f + 0x3p-11f) == 0x3c02 &&
               sdpa_f32_to_f16(65520.0f) == 0x7c00 && sdpa_f32_to_f16(65519.0f) == 0x7bff &&
