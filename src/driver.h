@@ -125,6 +125,8 @@ typedef struct scratch {
     const void **parts;    /* nchunks pointers: one row's partial O rows */
     int64_t *h, *i, *lo, *hi;
     unsigned char *hidden; /* Br x Bc: key hidden from the row, in a masked block */
+    int64_t *q_item;       /* the item whose Q rows q (or qb) holds, -1 none: a worker
+                              that runs several chunks of one item gathers its Q once */
 } scratch;
 
 /* ---- plan.c ---- */

@@ -138,11 +138,15 @@ static size_t scratch_layout(const plan *pl, char *base, scratch *w) {
     CARVE(lo, int64_t, br);
     CARVE(hi, int64_t, br);
     CARVE(hidden, unsigned char, br * bc);
+    CARVE(q_item, int64_t, 1);
 #undef CARVE
     return off;
 }
 
-void plan_scratch(const plan *pl, void *buf, scratch *w) { scratch_layout(pl, buf, w); }
+void plan_scratch(const plan *pl, void *buf, scratch *w) {
+    scratch_layout(pl, buf, w);
+    *w->q_item = -1;
+}
 
 size_t partial_floats(const plan *pl) {
     return (size_t)pl->mrows + (size_t)pl->mrows * (size_t)pl->p.Dv;
@@ -360,7 +364,10 @@ void plan_run_unit(const plan *pl, int64_t u, int64_t next, const scratch *w) {
     }
     if (pl->mode == PLAN_WEIGHTS && (it.mvalid == 0 || ja >= jb))
         return;
-    gather_q(pl, &it, w);
+    if (*w->q_item != t) { /* (nothing else writes q or qb) */
+        gather_q(pl, &it, w);
+        *w->q_item = t;
+    }
     run_keys(pl, &it, w, ja, jb, jnext, c);
     if (pl->mode == PLAN_WEIGHTS)
         return;
