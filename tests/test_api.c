@@ -424,8 +424,9 @@ static void test_known_answers(void) {
                                                              (e ? (int)e : 1) - 25));
         want |= (h & 0x8000u) << 16;
         bad16 += sdpa_bits_from_f32(sdpa_f16_to_f32((uint16_t)h)) != want;
+        bad16 += sdpa_bits_from_f32(sdpa_f16_to_f32_lanes((uint16_t)h)) != want;
     }
-    CHECK(bad16 == 0, "binary16 widening: %d of 65536 patterns wrong", bad16);
+    CHECK(bad16 == 0, "binary16 widening, both forms: %d wrong of 2 x 65536", bad16);
     /* rounding: ties to even, overflow to inf, below half the smallest subnormal to 0 */
     CHECK(sdpa_f32_to_f16(1.0f + 0x1p-11f) == 0x3c00 && sdpa_f32_to_f16(1.0f + 0x3p-11f) == 0x3c02 &&
               sdpa_f32_to_f16(65520.0f) == 0x7c00 && sdpa_f32_to_f16(65519.0f) == 0x7bff &&
