@@ -33,6 +33,7 @@
  * a head largest first (causal: the last query blocks see the most keys), so a dynamic
  * schedule ends on small units.
  */
+#include <math.h>
 #include <string.h>
 
 #include "driver.h"
@@ -75,7 +76,7 @@
 #define BF16_BR_SCALE 2
 
 /* Split-KV: considered when a call has fewer items than this (enough to keep 64 threads
- * busy without splitting), in chunks of at least this many keys (a multiple of every
+ * busy without splitting, when their lengths are even), in chunks of at least this many keys (a multiple of every
  * table's Bc, so chunks cut no block), into about SPLIT_UNITS units in all (4 per thread
  * at 64 threads, for a dynamic schedule to balance; more only adds per-unit work: the Q
  * gather, the partial's store and merge; docs/PERFORMANCE.md "Split-KV chunks"), with
@@ -248,10 +249,24 @@ void plan_init(plan *pl, const sdpa_kernels *kt, const sdpa_problem *p, int mode
      * SPLIT_CHUNK_MIN keys, about SPLIT_UNITS units, as many as fit SPLIT_PARTIAL_FLOATS
      * of partials. The weights are never split: each item writes its own columns. */
     pl->nchunks = 1;
-    if (mode == PLAN_FORWARD && pl->items > 0 && pl->items < SPLIT_ITEMS_MAX &&
+    /* Many items of uneven length (a batch of decodes against caches of mixed lengths)
+     * are split too when the longest is over 1/SPLIT_ITEMS_MAX of all their keys: on that
+     * many threads it would end alone. Their chunks aim at 2 SPLIT_UNITS units' worth of
+     * keys over all the items, so the longest items' chunks are each ~1/512 of the work
+     * (batched-decode at 64 threads, simulated: 85% unsplit, 86% at 256 units' worth,
+     * 98% at 512; docs/PERFORMANCE.md, "Many cores, simulated"). */
+    double keys = 0.0; /* (in double: a sum over entries times heads may pass 2^63) */
+    for (int64_t b = 0; b < p->B && pl->items >= SPLIT_ITEMS_MAX; b++)
+        keys += (double)sdpa_sequence(p, b).tkv;
+    keys *= (double)(pl->items / p->B); /* items per batch entry: nbh / B heads x items_per_bh */
+    const int uneven = pl->items >= SPLIT_ITEMS_MAX && (double)tkv_max * SPLIT_ITEMS_MAX > keys;
+    if (mode == PLAN_FORWARD && pl->items > 0 && (pl->items < SPLIT_ITEMS_MAX || uneven) &&
         tkv_max >= 2 * SPLIT_CHUNK_MIN) {
         int64_t nch = tkv_max / SPLIT_CHUNK_MIN;
-        nch = min64(nch, ceil_div(SPLIT_UNITS, pl->items));
+        if (uneven) /* (keys 0, every sequence empty: the quotient is inf, nch stays) */
+            nch = (int64_t)fmin((double)nch, ceil((double)tkv_max * 2 * SPLIT_UNITS / keys));
+        else
+            nch = min64(nch, ceil_div(SPLIT_UNITS, pl->items));
         const int64_t fit = SPLIT_PARTIAL_FLOATS / ((int64_t)partial_floats(pl) * pl->items);
         nch = min64(nch, fit);
         if (nch >= 2) {
