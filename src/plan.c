@@ -76,12 +76,12 @@
 #define BF16_BR_SCALE 2
 
 /* Split-KV: considered when a call has fewer items than this (enough to keep 64 threads
- * busy without splitting, when their lengths are even), in chunks of at least this many keys (a multiple of every
- * table's Bc, so chunks cut no block), into about SPLIT_UNITS units in all (4 per thread
- * at 64 threads, for a dynamic schedule to balance; more only adds per-unit work: the Q
- * gather, the partial's store and merge; docs/PERFORMANCE.md "Split-KV chunks"), with
- * at most SPLIT_PARTIAL_FLOATS floats of partial results per call (the split is then
- * coarser). */
+ * busy without splitting, when their lengths are even), in chunks of at least this many
+ * keys (a multiple of every table's Bc, so chunks cut no block), into about SPLIT_UNITS
+ * units in all (4 per thread at 64 threads, for a dynamic schedule to balance; more
+ * only adds per-unit work: the Q gather, the partial's store and merge;
+ * docs/PERFORMANCE.md "Split-KV chunks"), with at most SPLIT_PARTIAL_FLOATS floats of
+ * partial results per call (the split is then coarser). */
 #define SPLIT_ITEMS_MAX 64
 #define SPLIT_CHUNK_MIN 512
 #define SPLIT_UNITS 256

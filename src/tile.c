@@ -63,8 +63,8 @@ static void round_f32_to_bf16_values(float *x, int64_t n) {
 
 /* dst[0 .. n) = the f16 or bf16 row x widened (exactly), 16 elements at a time in loops
  * of fixed length, which the compilers vectorise at -O2 (sdpa_f16_to_f32_lanes and the
- * bf16 shift have no branches): a decode unit gathers its few Q rows once per chunk of keys, and element
- * by element that was a few percent of a 16-bit decode on one thread. */
+ * bf16 shift have no branches): element by element, a decode's gathers of its few Q rows
+ * were a few percent of a 16-bit decode on one thread. */
 static void widen_row(const uint16_t *x, sdpa_dtype dt, int64_t n, float *dst) {
     int64_t d = 0;
     if (dt == SDPA_F16) {
