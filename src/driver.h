@@ -81,6 +81,9 @@ struct sdpa_plan {
                              page run by page run (tile.c, v_runs), or a block gathered or
                              dequantized to fp32 (kvcache.c) */
     int ldqb;             /* bf16 tiles: Qb's row stride in elements, round_up(Dk, 32) */
+    int64_t kpc_slots;    /* K blocks 0 .. kpc_slots - 1 of a (b, hk) a worker keeps packed
+                             for its next items of the same (b, hk) (tile.c, kpc_slot);
+                             0: none kept (plan.c, KPC_BYTES) */
     size_t scratch_bytes; /* per worker */
     float *part;          /* split-KV partials: units x partial_floats, or NULL */
     counters *counts;     /* per unit, or NULL: not counted */
@@ -127,6 +130,10 @@ typedef struct scratch {
     unsigned char *hidden; /* Br x Bc: key hidden from the row, in a masked block */
     int64_t *q_item;       /* the item whose Q rows q (or qb) holds, -1 none: a worker
                               that runs several chunks of one item gathers its Q once */
+    float *kpc;            /* kpc_slots packed K blocks (pack_k's layout, a whole block's
+                              worth each) of the (b, hk) *kpc_bh, -1 none, ... */
+    int64_t *kpc_bh;
+    unsigned char *kpc_ok; /* ... slot i holding block i where kpc_ok[i] */
 } scratch;
 
 /* ---- plan.c ---- */

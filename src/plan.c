@@ -75,6 +75,17 @@
  * "bf16 compute"). */
 #define BF16_BR_SCALE 2
 
+/* A worker keeps up to this many bytes of packed K blocks (pack_k's output for the fp32
+ * tiles) of the (b, hk) it runs, for its next items of the same (b, hk): otherwise every
+ * item of a head packs each of its K blocks again (a transpose on the shuffle pipe, 3-4%
+ * of prefill's time), and the items of a head, and the query heads of a GQA group, come
+ * one after another (item_rows' order). 1 MiB holds 2048 keys at Dk = 128 (prefill-
+ * causal's); the blocks past it are packed as before. Measured on AMD Zen 4, 1 thread:
+ * prefill (D 64) 2-3% faster, prefill-causal and causal-d64 1-2%, long-causal the same
+ * with 1 or 4 MiB (docs/PERFORMANCE.md, "K packed once per head"). Per worker, so the
+ * scratch stays O(threads x constant). */
+#define KPC_BYTES ((size_t)1 << 20)
+
 /* Split-KV: considered when a call has fewer items than this (enough to keep 64 threads
  * busy without splitting, when their lengths are even), in chunks of at least this many
  * keys (a multiple of every table's Bc, so chunks cut no block), into about SPLIT_UNITS
@@ -94,6 +105,7 @@ static size_t scratch_layout(const plan *pl, char *base, scratch *w) {
     const size_t dk32 = round_up((size_t)p->Dk, 32), dv32 = round_up((size_t)p->Dv, 32);
     const int tiles = pl->bf16_tiles, forward = pl->mode == PLAN_FORWARD;
     const size_t kp = pl->k_in_place || tiles ? 0 : round_up(bc, (size_t)kt->kp_align) * (size_t)p->Dk;
+    const size_t kpc = (size_t)pl->kpc_slots;
     /* the bf16 mode through the fp32 tiles rounds K and V blocks stored in another
      * dtype into scratch first (P V's exact masked paths do so with the bf16 tiles and
      * the decode pair too, which otherwise round in registers) */
@@ -140,6 +152,9 @@ static size_t scratch_layout(const plan *pl, char *base, scratch *w) {
     CARVE(hi, int64_t, br);
     CARVE(hidden, unsigned char, br * bc);
     CARVE(q_item, int64_t, 1);
+    CARVE(kpc, float, kpc * kp);
+    CARVE(kpc_bh, int64_t, 1);
+    CARVE(kpc_ok, unsigned char, kpc);
 #undef CARVE
     return off;
 }
@@ -147,6 +162,7 @@ static size_t scratch_layout(const plan *pl, char *base, scratch *w) {
 void plan_scratch(const plan *pl, void *buf, scratch *w) {
     scratch_layout(pl, buf, w);
     *w->q_item = -1;
+    *w->kpc_bh = -1;
 }
 
 size_t partial_floats(const plan *pl) {
@@ -225,6 +241,14 @@ void plan_init(plan *pl, const sdpa_kernels *kt, const sdpa_problem *p, int mode
     pl->bf16 = p->compute == SDPA_COMPUTE_BF16;
     pl->bf16_tiles = pl->bf16 && kt->qk_bf16 != NULL && !pl->k_in_place;
     pl->bf16_rows = pl->bf16 && kt->qk_rows_bf16 != NULL && pl->k_in_place;
+    /* packed K blocks kept for the next items of a (b, hk): where an item packs K (the
+     * fp32 tiles) and a (b, hk) has more than one item (its row tiles, or the query
+     * heads of a GQA group run as items of their own) */
+    const int64_t sharing = pl->items_per_bh * (pl->grouped || pl->hgroup ? 1 : p->group);
+    if (!pl->k_in_place && !pl->bf16_tiles && sharing > 1)
+        pl->kpc_slots = min64(ceil_div(tkv_max, pl->bc),
+                              (int64_t)(KPC_BYTES / (round_up((size_t)pl->bc, (size_t)kt->kp_align) *
+                                                     (size_t)p->Dk * sizeof(float))));
     pl->kq_fused = kv_fused(pl, 0);
     pl->vq_fused = pl->mode == PLAN_FORWARD && kv_fused(pl, 1);
     pl->k_at = p->pages.block_table && !sdpa_dtype_quantized(p->kt) && kt->qk_rows_at &&

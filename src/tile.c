@@ -11,6 +11,8 @@
  *   for key block [j0, j1) = [ja, jb) cut at multiples of Bc (at most Bc keys):
  *       skip it if an explicit mask hides all of it from every row
  *       S = scale Q K^T                                       qk_rows, or pack_k + qk
+ *                                       (a block's pack kept for the next items of the
+ *                                        same (b, hk): kpc_slot)
  *       S = cap tanh(S / cap)                                 softcap (if on)
  *       S -= slope_h |d(i_r) - j|                             ALiBi (if on)
  *       S += M[b, h, i, j]                                    additive mask (if any)
@@ -254,6 +256,23 @@ static void band_of(const rows *it, const scratch *w, int ra, int rb, int64_t j0
     }
 }
 
+typedef struct {
+    int h;          /* keys of the first part */
+    int b0, e0;     /* the band of rows that see some key of the first part, */
+    int b1, e1;     /* ... of the second */
+} kparts;
+
+/* Whether rows [ra, rb) of the block run QK^T in two parts (qk_parts), and the parts. */
+static int parts_of(const plan *pl, const rows *it, const scratch *w, int64_t j0, int n,
+                    int ra, int rb, kparts *pt) {
+    pt->h = (n / 2) & ~15;
+    if (pt->h == 0 || pt->h % pl->kt->kp_align != 0)
+        return 0;
+    band_of(it, w, ra, rb, j0, n, 0, pt->h, &pt->b0, &pt->e0);
+    band_of(it, w, ra, rb, j0, n, pt->h, n, &pt->b1, &pt->e1);
+    return !(pt->b0 == ra && pt->e0 == rb && pt->b1 == ra && pt->e1 == rb);
+}
+
 /* QK^T of a block that rows [ra, rb) see only in part (a causal diagonal, a window's
  * edge), in two parts of its keys, each packed and multiplied for only the band of rows
  * that see some key of it: on the causal diagonal the rows before the middle key skip
@@ -267,14 +286,11 @@ static int qk_parts(const plan *pl, const rows *it, const scratch *w, int64_t j0
                     int ra, int rb, const char *k, int64_t ldk, sdpa_dtype dt) {
     const sdpa_problem *p = &pl->p;
     const sdpa_kernels *kt = pl->kt;
-    const int h = (n / 2) & ~15, Dk = (int)p->Dk;
-    if (h == 0 || h % kt->kp_align != 0)
+    const int Dk = (int)p->Dk;
+    kparts pt;
+    if (!parts_of(pl, it, w, j0, n, ra, rb, &pt))
         return 0;
-    int b0, e0, b1, e1;
-    band_of(it, w, ra, rb, j0, n, 0, h, &b0, &e0);
-    band_of(it, w, ra, rb, j0, n, h, n, &b1, &e1);
-    if (b0 == ra && e0 == rb && b1 == ra && e1 == rb)
-        return 0;
+    const int h = pt.h, b0 = pt.b0, e0 = pt.e0, b1 = pt.b1, e1 = pt.e1;
     if (b0 < e0) {
         kt->pack_k(h, Dk, k, ldk, dt, w->kp);
         kt->qk(e0 - b0, h, Dk, p->scale, w->q + (size_t)b0 * (size_t)pl->ldq, pl->ldq, w->kp,
@@ -289,6 +305,48 @@ static int qk_parts(const plan *pl, const rows *it, const scratch *w, int64_t j0
     return 1;
 }
 
+/* Slot `slot` of the packed K blocks a worker keeps: pack_k's output for a whole block. */
+static float *kpc_at(const plan *pl, const scratch *w, int64_t slot) {
+    return w->kpc + (size_t)slot * round_up((size_t)pl->bc, (size_t)pl->kt->kp_align) *
+                        (size_t)pl->p.Dk;
+}
+
+/* The kept pack of block j0 of item it's (b, hk), or NULL where the worker keeps none. */
+static const float *kpc_kept(const plan *pl, const rows *it, const scratch *w, int64_t j0) {
+    const int64_t slot = j0 / pl->bc;
+    if (!pl->kpc_slots || j0 % pl->bc != 0 || slot >= pl->kpc_slots ||
+        *w->kpc_bh != it->b * pl->p.Hkv + it->hk || !w->kpc_ok[slot])
+        return NULL;
+    return kpc_at(pl, w, slot);
+}
+
+/* The slot of block j0 (n keys, rows [ra, rb) of item it; plain as run_keys says) among
+ * the packed K blocks the worker keeps (plan.kpc_slots), or NULL where it has none: the
+ * plan keeps none, the block lies past the slots, or is not the sequence's whole block
+ * (a window's or a unit's first keys, the item's last), or runs QK^T in two parts
+ * (qk_parts, which packs only what its rows see). *packed: the slot holds the block.
+ * The kept blocks are one (b, hk)'s; an item of another empties them. A block's pack is
+ * the same bits whichever item packs it (pack_k of the same K rows, dequantized or
+ * rounded to bf16 the same way), so an item that finds it packed multiplies what it
+ * would have packed itself. */
+static float *kpc_slot(const plan *pl, const rows *it, const scratch *w, int64_t j0, int n,
+                       int ra, int rb, int plain, int *packed) {
+    const int64_t slot = j0 / pl->bc;
+    *packed = 0;
+    kparts pt;
+    if (j0 % pl->bc != 0 || slot >= pl->kpc_slots || n != min64(pl->bc, it->seq.tkv - j0) ||
+        (!plain && parts_of(pl, it, w, j0, n, ra, rb, &pt)))
+        return NULL;
+    const int64_t bh = it->b * pl->p.Hkv + it->hk;
+    if (*w->kpc_bh != bh) {
+        memset(w->kpc_ok, 0, (size_t)pl->kpc_slots);
+        *w->kpc_bh = bh;
+    }
+    *packed = w->kpc_ok[slot];
+    w->kpc_ok[slot] = 1; /* (block_scores packs it now if not) */
+    return kpc_at(pl, w, slot);
+}
+
 /* S rows [ra, rb) = scale Q K^T for the n keys of the block kv (caller memory, or the
  * block gathered by kv_block): K rows read in place by qk_rows for plans of few rows,
  * else packed by pack_k for qk.
@@ -296,11 +354,14 @@ static int qk_parts(const plan *pl, const rows *it, const scratch *w, int64_t j0
  * weights compute every score the same way (both kernels give a row the same bits
  * whichever rows share the call).
  * A block not plain (masked, or modified scores) may go to qk_parts.
+ * kslot: where not NULL, the block's slot among the kept packed blocks (kpc_slot), which
+ * pack_k fills unless kpacked says it holds the block already (kv is then not read).
  * npf: the keys of the unit after the block (kernels/ukernel.h). Returns 1 if qk_rows
  * read the block's last rows in place, told that the stream goes on (so it may have
  * prefetched the next block's first rows), else 0. */
 static int block_scores(const plan *pl, const rows *it, const scratch *w, const vrows *kv,
-                        int64_t j0, int n, int ra, int rb, int npf, int warm, int plain) {
+                        int64_t j0, int n, int ra, int rb, int npf, int warm, int plain,
+                        float *kslot, int kpacked) {
     const sdpa_problem *p = &pl->p;
     const sdpa_kernels *kt = pl->kt;
     float *s = w->s + (size_t)ra * (size_t)pl->lds;
@@ -363,6 +424,10 @@ static int block_scores(const plan *pl, const rows *it, const scratch *w, const 
         return 0;
     }
     const float *q = w->q + (size_t)ra * (size_t)pl->ldq;
+    if (kpacked) {
+        kt->qk(rb - ra, n, (int)p->Dk, p->scale, q, pl->ldq, kslot, s, pl->lds);
+        return 0;
+    }
     const char *k = kv->v;
     int64_t ldk = kv->ld;
     sdpa_dtype dt = kv->dt;
@@ -380,10 +445,11 @@ static int block_scores(const plan *pl, const rows *it, const scratch *w, const 
                     streamed ? npf : 0, NULL);
         return own && npf > 0;
     }
-    if (!plain && qk_parts(pl, it, w, j0, n, ra, rb, k, ldk, dt))
+    if (!kslot && !plain && qk_parts(pl, it, w, j0, n, ra, rb, k, ldk, dt))
         return 0;
-    kt->pack_k(n, (int)p->Dk, k, ldk, dt, w->kp);
-    kt->qk(rb - ra, n, (int)p->Dk, p->scale, q, pl->ldq, w->kp, s, pl->lds);
+    float *kp = kslot ? kslot : w->kp;
+    kt->pack_k(n, (int)p->Dk, k, ldk, dt, kp);
+    kt->qk(rb - ra, n, (int)p->Dk, p->scale, q, pl->ldq, kp, s, pl->lds);
     return 0;
 }
 
@@ -511,7 +577,7 @@ static int heads_step(const plan *pl, const rows *it, const scratch *w, const vr
             h = kv_block(pl, &head, w, 1, j0, n);
         const vrows *hp = kv || gather ? &h : NULL;
         streamed &= which ? block_pv(pl, &head, w, a, e, j0, n, hp, masked, npf, warm)
-                          : block_scores(pl, &head, w, hp, j0, n, a, e, npf, warm, plain);
+                          : block_scores(pl, &head, w, hp, j0, n, a, e, npf, warm, plain, NULL, 0);
     }
     return streamed;
 }
@@ -628,13 +694,15 @@ void run_keys(const plan *pl, const rows *it, const scratch *w, int64_t ja, int6
             else
                 kv_prefetch_run(pl, it, 1, j0, j1);
         }
-        const vrows k = kin    ? (vrows){kbase + (size_t)(j0 * p->ks[2]) * kes, p->ks[2], p->kt}
-                        : kseg ? (vrows){NULL, 0, SDPA_F32}
-                               : kv_block(pl, it, w, 0, j0, n);
+        int kpacked = 0;
+        float *kslot = pl->kpc_slots ? kpc_slot(pl, it, w, j0, n, ra, rb, plain, &kpacked) : NULL;
+        const vrows k = kin     ? (vrows){kbase + (size_t)(j0 * p->ks[2]) * kes, p->ks[2], p->kt}
+                        : kseg || kpacked ? (vrows){NULL, 0, SDPA_F32}
+                                          : kv_block(pl, it, w, 0, j0, n);
         kahead = pl->hgroup ? heads_step(pl, it, w, kin ? &k : NULL, 0, j0, n, ra, rb, npf,
                                          kahead, plain, 0)
                             : block_scores(pl, it, w, kseg ? NULL : &k, j0, n, ra, rb, npf,
-                                           kahead, plain);
+                                           kahead, plain, kslot, kpacked);
         const int masked = plain ? 0 : prepare_block(pl, it, w, ra, rb, j0, n);
         c->masked += masked != 0;
         if (!forward) {
@@ -647,7 +715,7 @@ void run_keys(const plan *pl, const rows *it, const scratch *w, int64_t ja, int6
                     w->l + ra, w->alpha + ra);
         if (j1 < jb && kseg && !kahead) /* the next block's first run of K, as below */
             kv_prefetch_run(pl, it, 0, j1, min64(jb, j1 + pl->bc));
-        else if (j1 < jb && kin && !kahead)
+        else if (j1 < jb && kin && !kahead && !kpc_kept(pl, it, w, j1))
             prefetch_head(kbase + (size_t)(j1 * p->ks[2]) * kes, p->ks[2] * (int64_t)kes,
                           (int)min64(jb - j1, pl->bc), krow);
         if (p->dropout_p != 0.0f)
