@@ -81,9 +81,10 @@ struct sdpa_plan {
                              page run by page run (tile.c, v_runs), or a block gathered or
                              dequantized to fp32 (kvcache.c) */
     int ldqb;             /* bf16 tiles: Qb's row stride in elements, round_up(Dk, 32) */
-    int64_t kpc_slots;    /* K blocks 0 .. kpc_slots - 1 of a (b, hk) a worker keeps packed
-                             for its next items of the same (b, hk) (tile.c, kpc_slot);
-                             0: none kept (plan.c, KPC_BYTES) */
+    int64_t kpc_slots;    /* the K blocks of a (b, hk) (every block of the longest
+                             sequence) a worker keeps packed for its next items of the
+                             same (b, hk) (tile.c, kpc_slot); 0: none kept (plan.c,
+                             KPC_BYTES) */
     size_t scratch_bytes; /* per worker */
     float *part;          /* split-KV partials: units x partial_floats, or NULL */
     counters *counts;     /* per unit, or NULL: not counted */

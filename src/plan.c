@@ -75,14 +75,16 @@
  * "bf16 compute"). */
 #define BF16_BR_SCALE 2
 
-/* A worker keeps up to this many bytes of packed K blocks (pack_k's output for the fp32
- * tiles) of the (b, hk) it runs, for its next items of the same (b, hk): otherwise every
- * item of a head packs each of its K blocks again (a transpose on the shuffle pipe, 3-4%
- * of prefill's time), and the items of a head, and the query heads of a GQA group, come
- * one after another (item_rows' order). 1 MiB holds 2048 keys at Dk = 128 (prefill-
- * causal's); the blocks past it are packed as before. Measured on AMD Zen 4, 1 thread:
- * prefill (D 64) 2-3% faster, prefill-causal and causal-d64 1-2%, long-causal the same
- * with 1 or 4 MiB (docs/PERFORMANCE.md, "K packed once per head"). Per worker, so the
+/* A worker keeps the packed K blocks (pack_k's output for the fp32 tiles) of the (b, hk)
+ * it runs, for its next items of the same (b, hk), where every key block of the longest
+ * sequence fits in this many bytes: otherwise every item of a head packs each of its K
+ * blocks again (a transpose on the shuffle pipe, 3-4% of prefill's time), and the items
+ * of a head, and the query heads of a GQA group, come one after another (item_rows'
+ * order). 1 MiB holds 2048 keys at Dk = 128 (prefill-causal's). Where the keys are more,
+ * an item streams through more K and V between two uses of a kept block than the caches
+ * hold, and keeping some of them gained nothing: long-causal (8192 keys) the same with
+ * 1 or 4 MiB kept, chunked-prefill (16384) 0.94-0.96x with its first 2048 keys kept. Measured on AMD Zen 4, 1 thread: prefill (D 64) 2-3% faster, prefill-causal and
+ * causal-d64 1-2% (docs/PERFORMANCE.md, "K packed once per head"). Per worker, so the
  * scratch stays O(threads x constant). */
 #define KPC_BYTES ((size_t)1 << 20)
 
@@ -245,10 +247,11 @@ void plan_init(plan *pl, const sdpa_kernels *kt, const sdpa_problem *p, int mode
      * fp32 tiles) and a (b, hk) has more than one item (its row tiles, or the query
      * heads of a GQA group run as items of their own) */
     const int64_t sharing = pl->items_per_bh * (pl->grouped || pl->hgroup ? 1 : p->group);
-    if (!pl->k_in_place && !pl->bf16_tiles && sharing > 1)
-        pl->kpc_slots = min64(ceil_div(tkv_max, pl->bc),
-                              (int64_t)(KPC_BYTES / (round_up((size_t)pl->bc, (size_t)kt->kp_align) *
-                                                     (size_t)p->Dk * sizeof(float))));
+    const int64_t nblocks = ceil_div(tkv_max, pl->bc);
+    if (!pl->k_in_place && !pl->bf16_tiles && sharing > 1 &&
+        nblocks <= (int64_t)(KPC_BYTES / (round_up((size_t)pl->bc, (size_t)kt->kp_align) *
+                                          (size_t)p->Dk * sizeof(float))))
+        pl->kpc_slots = nblocks;
     pl->kq_fused = kv_fused(pl, 0);
     pl->vq_fused = pl->mode == PLAN_FORWARD && kv_fused(pl, 1);
     pl->k_at = p->pages.block_table && !sdpa_dtype_quantized(p->kt) && kt->qk_rows_at &&
