@@ -83,8 +83,10 @@ struct sdpa_plan {
     int ldqb;             /* bf16 tiles: Qb's row stride in elements, round_up(Dk, 32) */
     int64_t kpc_slots;    /* the K blocks of a (b, hk) (every block of the longest
                              sequence) a worker keeps packed for its next items of the
-                             same (b, hk) (tile.c, kpc_slot); 0: none kept (plan.c,
-                             KPC_BYTES) */
+                             same (b, hk), and under the bf16 tiles the V blocks too
+                             (tile.c, kpc_slot); 0: none kept (plan.c, KPC_BYTES) */
+    size_t kpc_bytes[2];  /* ... a slot's bytes: a block of K (0) or V (1) packed, 0 for
+                             a V kept by none */
     size_t scratch_bytes; /* per worker */
     float *part;          /* split-KV partials: units x partial_floats, or NULL */
     counters *counts;     /* per unit, or NULL: not counted */
@@ -131,11 +133,15 @@ typedef struct scratch {
     unsigned char *hidden; /* Br x Bc: key hidden from the row, in a masked block */
     int64_t *q_item;       /* the item whose Q rows q (or qb) holds, -1 none: a worker
                               that runs several chunks of one item gathers its Q once */
-    float *kpc;            /* kpc_slots packed K blocks (pack_k's layout, a whole block's
-                              worth each) of the (b, hk) *kpc_bh, -1 none, ... */
+    char *kpc[2];          /* kpc_slots packed blocks of K (pack_k or pack_k_bf16) and V
+                              (pack_v_bf16) of the (b, hk) *kpc_bh (-1 none), ... */
     int64_t *kpc_bh;
-    unsigned char *kpc_ok; /* ... slot i holding block i where kpc_ok[i] */
+    unsigned char *kpc_st[2]; /* ... slot i holding block i where kpc_st[.][i] is not
+                                 0: KPC_PACKED, or for a V block in which pack_v_bf16
+                                 found an inf or NaN, KPC_NONFINITE */
 } scratch;
+
+enum { KPC_PACKED = 1, KPC_NONFINITE = 2 };
 
 /* ---- plan.c ---- */
 

@@ -75,16 +75,19 @@
  * "bf16 compute"). */
 #define BF16_BR_SCALE 2
 
-/* A worker keeps the packed K blocks (pack_k's output for the fp32 tiles) of the (b, hk)
- * it runs, for its next items of the same (b, hk), where every key block of the longest
- * sequence fits in this many bytes: otherwise every item of a head packs each of its K
- * blocks again (a transpose on the shuffle pipe, 3-4% of prefill's time), and the items
- * of a head, and the query heads of a GQA group, come one after another (item_rows'
- * order). 1 MiB holds 2048 keys at Dk = 128 (prefill-causal's). Where the keys are more,
- * an item streams through more K and V between two uses of a kept block than the caches
- * hold, and keeping some of them gained nothing: long-causal (8192 keys) the same with
- * 1 or 4 MiB kept, chunked-prefill (16384) 0.94-0.96x with its first 2048 keys kept. Measured on AMD Zen 4, 1 thread: prefill (D 64) 2-3% faster, prefill-causal and
- * causal-d64 1-2% (docs/PERFORMANCE.md, "K packed once per head"). Per worker, so the
+/* A worker keeps the packed blocks of the (b, hk) it runs (K by pack_k for the fp32
+ * tiles; K and V by pack_k_bf16 and pack_v_bf16 for the bf16 tiles) for its next items
+ * of the same (b, hk), where every key block of the longest sequence fits in this many
+ * bytes: otherwise every item of a head packs each of its blocks again (a transpose on
+ * the shuffle pipe, 3-4% of prefill's time; K and V 5-7% of the bf16 tiles'), and the
+ * items of a head, and the query heads of a GQA group, come one after another
+ * (item_rows' order). 1 MiB holds 2048 keys at Dk = 128 (prefill-causal's). Where the
+ * keys are more, an item streams through more K and V between two uses of a kept block
+ * than the caches hold, and keeping some of them gained nothing: long-causal (8192 keys)
+ * the same with 1 or 4 MiB kept, chunked-prefill (16384) 0.94-0.96x with its first 2048
+ * keys kept. Measured on AMD Zen 4, 1 thread: prefill (D 64) 2-3% faster,
+ * prefill-causal and causal-d64 1-2%, prefill-bf16 and prefill-causal-bf16 on
+ * avx512bf16 3-4% (docs/PERFORMANCE.md, "K packed once per head"). Per worker, so the
  * scratch stays O(threads x constant). */
 #define KPC_BYTES ((size_t)1 << 20)
 
@@ -154,9 +157,11 @@ static size_t scratch_layout(const plan *pl, char *base, scratch *w) {
     CARVE(hi, int64_t, br);
     CARVE(hidden, unsigned char, br * bc);
     CARVE(q_item, int64_t, 1);
-    CARVE(kpc, float, kpc * kp);
+    CARVE(kpc[0], char, kpc * pl->kpc_bytes[0]);
+    CARVE(kpc[1], char, kpc * pl->kpc_bytes[1]);
     CARVE(kpc_bh, int64_t, 1);
-    CARVE(kpc_ok, unsigned char, kpc);
+    CARVE(kpc_st[0], unsigned char, kpc);
+    CARVE(kpc_st[1], unsigned char, pl->kpc_bytes[1] ? kpc : 0);
 #undef CARVE
     return off;
 }
@@ -243,15 +248,24 @@ void plan_init(plan *pl, const sdpa_kernels *kt, const sdpa_problem *p, int mode
     pl->bf16 = p->compute == SDPA_COMPUTE_BF16;
     pl->bf16_tiles = pl->bf16 && kt->qk_bf16 != NULL && !pl->k_in_place;
     pl->bf16_rows = pl->bf16 && kt->qk_rows_bf16 != NULL && pl->k_in_place;
-    /* packed K blocks kept for the next items of a (b, hk): where an item packs K (the
-     * fp32 tiles) and a (b, hk) has more than one item (its row tiles, or the query
-     * heads of a GQA group run as items of their own) */
+    /* packed blocks kept for the next items of a (b, hk): where an item packs K (and under
+     * the bf16 tiles V), and a (b, hk) has more than one item (its row tiles, or the
+     * query heads of a GQA group run as items of their own) */
     const int64_t sharing = pl->items_per_bh * (pl->grouped || pl->hgroup ? 1 : p->group);
     const int64_t nblocks = ceil_div(tkv_max, pl->bc);
-    if (!pl->k_in_place && !pl->bf16_tiles && sharing > 1 &&
-        nblocks <= (int64_t)(KPC_BYTES / (round_up((size_t)pl->bc, (size_t)kt->kp_align) *
-                                          (size_t)p->Dk * sizeof(float))))
+    const size_t kslot = pl->bf16_tiles ? round_up((size_t)pl->bc, (size_t)kt->kpb_align) *
+                                              round_up((size_t)p->Dk, 32) * sizeof(uint16_t)
+                                        : round_up((size_t)pl->bc, (size_t)kt->kp_align) *
+                                              (size_t)p->Dk * sizeof(float);
+    const size_t vslot = pl->bf16_tiles && mode == PLAN_FORWARD
+                             ? round_up((size_t)pl->bc, (size_t)kt->vpb_align) *
+                                   round_up((size_t)p->Dv, 32) * sizeof(uint16_t)
+                             : 0;
+    if (!pl->k_in_place && sharing > 1 && nblocks <= (int64_t)(KPC_BYTES / (kslot + vslot))) {
         pl->kpc_slots = nblocks;
+        pl->kpc_bytes[0] = round_up(kslot, 64); /* every slot 64-byte aligned */
+        pl->kpc_bytes[1] = round_up(vslot, 64);
+    }
     pl->kq_fused = kv_fused(pl, 0);
     pl->vq_fused = pl->mode == PLAN_FORWARD && kv_fused(pl, 1);
     pl->k_at = p->pages.block_table && !sdpa_dtype_quantized(p->kt) && kt->qk_rows_at &&

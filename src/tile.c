@@ -305,46 +305,36 @@ static int qk_parts(const plan *pl, const rows *it, const scratch *w, int64_t j0
     return 1;
 }
 
-/* Slot `slot` of the packed K blocks a worker keeps: pack_k's output for a whole block. */
-static float *kpc_at(const plan *pl, const scratch *w, int64_t slot) {
-    return w->kpc + (size_t)slot * round_up((size_t)pl->bc, (size_t)pl->kt->kp_align) *
-                        (size_t)pl->p.Dk;
-}
-
-/* The kept pack of block j0 of item it's (b, hk), or NULL where the worker keeps none. */
-static const float *kpc_kept(const plan *pl, const rows *it, const scratch *w, int64_t j0) {
+/* The kept blocks' slot of block j0 of item it's (b, hk) for K (which 0) or V (1), and
+ * its state (*st: 0 empty, KPC_PACKED or KPC_NONFINITE), or NULL where the worker keeps
+ * none: the plan keeps none, or the block is not the sequence's whole block (a window's
+ * or a unit's first keys, the item's last). The kept blocks are one (b, hk)'s; asking
+ * for another's empties them. A block's pack is the same bits whichever item packs it
+ * (pack_k, pack_k_bf16 or pack_v_bf16 of the same rows, dequantized or rounded the same
+ * way), so an item that finds it packed multiplies what it would have packed itself. */
+static char *kpc_slot(const plan *pl, const rows *it, const scratch *w, int which, int64_t j0,
+                      int n, unsigned char **st) {
     const int64_t slot = j0 / pl->bc;
-    if (!pl->kpc_slots || j0 % pl->bc != 0 || slot >= pl->kpc_slots ||
-        *w->kpc_bh != it->b * pl->p.Hkv + it->hk || !w->kpc_ok[slot])
-        return NULL;
-    return kpc_at(pl, w, slot);
-}
-
-/* The slot of block j0 (n keys, rows [ra, rb) of item it; plain as run_keys says) among
- * the packed K blocks the worker keeps (plan.kpc_slots), or NULL where it has none: the
- * plan keeps none, the block lies past the slots, or is not the sequence's whole block
- * (a window's or a unit's first keys, the item's last), or runs QK^T in two parts
- * (qk_parts, which packs only what its rows see). *packed: the slot holds the block.
- * The kept blocks are one (b, hk)'s; an item of another empties them. A block's pack is
- * the same bits whichever item packs it (pack_k of the same K rows, dequantized or
- * rounded to bf16 the same way), so an item that finds it packed multiplies what it
- * would have packed itself. */
-static float *kpc_slot(const plan *pl, const rows *it, const scratch *w, int64_t j0, int n,
-                       int ra, int rb, int plain, int *packed) {
-    const int64_t slot = j0 / pl->bc;
-    *packed = 0;
-    kparts pt;
-    if (j0 % pl->bc != 0 || slot >= pl->kpc_slots || n != min64(pl->bc, it->seq.tkv - j0) ||
-        (!plain && parts_of(pl, it, w, j0, n, ra, rb, &pt)))
+    *st = NULL;
+    if (!pl->kpc_bytes[which] || j0 % pl->bc != 0 || slot >= pl->kpc_slots ||
+        n != min64(pl->bc, it->seq.tkv - j0))
         return NULL;
     const int64_t bh = it->b * pl->p.Hkv + it->hk;
     if (*w->kpc_bh != bh) {
-        memset(w->kpc_ok, 0, (size_t)pl->kpc_slots);
+        for (int x = 0; x < 2; x++)
+            if (pl->kpc_bytes[x])
+                memset(w->kpc_st[x], 0, (size_t)pl->kpc_slots);
         *w->kpc_bh = bh;
     }
-    *packed = w->kpc_ok[slot];
-    w->kpc_ok[slot] = 1; /* (block_scores packs it now if not) */
-    return kpc_at(pl, w, slot);
+    *st = w->kpc_st[which] + slot;
+    return w->kpc[which] + (size_t)slot * pl->kpc_bytes[which];
+}
+
+/* Whether the worker keeps block j0 of item it's K packed. */
+static int kpc_kept(const plan *pl, const rows *it, const scratch *w, int64_t j0) {
+    const int64_t slot = j0 / pl->bc;
+    return pl->kpc_slots && j0 % pl->bc == 0 && slot < pl->kpc_slots &&
+           *w->kpc_bh == it->b * pl->p.Hkv + it->hk && w->kpc_st[0][slot];
 }
 
 /* S rows [ra, rb) = scale Q K^T for the n keys of the block kv (caller memory, or the
@@ -355,13 +345,14 @@ static float *kpc_slot(const plan *pl, const rows *it, const scratch *w, int64_t
  * whichever rows share the call).
  * A block not plain (masked, or modified scores) may go to qk_parts.
  * kslot: where not NULL, the block's slot among the kept packed blocks (kpc_slot), which
- * pack_k fills unless kpacked says it holds the block already (kv is then not read).
+ * the pack fills unless its state *kst says it holds the block already (kv is then not
+ * read). The fp32 tiles keep no block that qk_parts would pack in parts.
  * npf: the keys of the unit after the block (kernels/ukernel.h). Returns 1 if qk_rows
  * read the block's last rows in place, told that the stream goes on (so it may have
  * prefetched the next block's first rows), else 0. */
 static int block_scores(const plan *pl, const rows *it, const scratch *w, const vrows *kv,
                         int64_t j0, int n, int ra, int rb, int npf, int warm, int plain,
-                        float *kslot, int kpacked) {
+                        char *kslot, unsigned char *kst) {
     const sdpa_problem *p = &pl->p;
     const sdpa_kernels *kt = pl->kt;
     float *s = w->s + (size_t)ra * (size_t)pl->lds;
@@ -418,14 +409,20 @@ static int block_scores(const plan *pl, const rows *it, const scratch *w, const 
         return streamed;
     }
     if (pl->bf16_tiles) {
-        kt->pack_k_bf16(n, (int)p->Dk, kv->v, kv->ld, kv->dt, w->kpb);
+        uint16_t *kp = kslot ? (uint16_t *)(void *)kslot : w->kpb;
+        if (!kst || !*kst) {
+            kt->pack_k_bf16(n, (int)p->Dk, kv->v, kv->ld, kv->dt, kp);
+            if (kst)
+                *kst = KPC_PACKED;
+        }
         kt->qk_bf16(rb - ra, n, (int)p->Dk, p->scale, w->qb + (size_t)ra * (size_t)pl->ldqb,
-                    pl->ldqb, w->kpb, s, pl->lds);
+                    pl->ldqb, kp, s, pl->lds);
         return 0;
     }
     const float *q = w->q + (size_t)ra * (size_t)pl->ldq;
-    if (kpacked) {
-        kt->qk(rb - ra, n, (int)p->Dk, p->scale, q, pl->ldq, kslot, s, pl->lds);
+    if (kst && *kst) {
+        kt->qk(rb - ra, n, (int)p->Dk, p->scale, q, pl->ldq, (const float *)(void *)kslot, s,
+               pl->lds);
         return 0;
     }
     const char *k = kv->v;
@@ -447,8 +444,10 @@ static int block_scores(const plan *pl, const rows *it, const scratch *w, const 
     }
     if (!kslot && !plain && qk_parts(pl, it, w, j0, n, ra, rb, k, ldk, dt))
         return 0;
-    float *kp = kslot ? kslot : w->kp;
+    float *kp = kslot ? (float *)(void *)kslot : w->kp;
     kt->pack_k(n, (int)p->Dk, k, ldk, dt, kp);
+    if (kst)
+        *kst = KPC_PACKED;
     kt->qk(rb - ra, n, (int)p->Dk, p->scale, q, pl->ldq, kp, s, pl->lds);
     return 0;
 }
@@ -475,7 +474,8 @@ static int v_runs(const plan *pl, int64_t j0, int masked) {
  * npf and the result as block_scores' for V: 1 if the last pv call was told the stream
  * goes on past the block. */
 static int block_pv(const plan *pl, const rows *it, const scratch *w, int ra, int rb,
-                    int64_t j0, int n, const vrows *v, int masked, int npf, int warm) {
+                    int64_t j0, int n, const vrows *v, int masked, int npf, int warm,
+                    char *vslot, unsigned char *vst) {
     const sdpa_problem *p = &pl->p;
     const int Dv = (int)p->Dv;
     float *s = w->s + (size_t)ra * (size_t)pl->lds;
@@ -524,10 +524,21 @@ static int block_pv(const plan *pl, const rows *it, const scratch *w, int ra, in
     /* a hidden key's P is exactly 0 and 0 x V adds nothing unless a rounded element of V
      * is inf or NaN (which pack_v_bf16 reports; a finite fp32 value past bf16's largest
      * rounds to inf) */
-    if (pl->bf16_tiles && (pl->kt->pack_v_bf16(n, Dv, v->v, v->ld, v->dt, w->vpb) || !masked)) {
-        pl->kt->pv_bf16(rb - ra, n, Dv, s, pl->lds, w->vpb, w->alpha + ra,
-                        w->o + (size_t)ra * (size_t)pl->ldo, pl->ldo);
-        return 0;
+    if (pl->bf16_tiles) {
+        uint16_t *vp = vslot ? (uint16_t *)(void *)vslot : w->vpb;
+        int finite;
+        if (vst && *vst) {
+            finite = *vst == KPC_PACKED;
+        } else {
+            finite = pl->kt->pack_v_bf16(n, Dv, v->v, v->ld, v->dt, vp);
+            if (vst)
+                *vst = finite ? KPC_PACKED : KPC_NONFINITE;
+        }
+        if (finite || !masked) {
+            pl->kt->pv_bf16(rb - ra, n, Dv, s, pl->lds, vp, w->alpha + ra,
+                            w->o + (size_t)ra * (size_t)pl->ldo, pl->ldo);
+            return 0;
+        }
     }
     if (pl->bf16_rows && !masked) { /* V rows as block_scores' K */
         const int streamed = kv_in_place(pl, 1) && npf > 0;
@@ -576,8 +587,9 @@ static int heads_step(const plan *pl, const rows *it, const scratch *w, const vr
         if (gather)
             h = kv_block(pl, &head, w, 1, j0, n);
         const vrows *hp = kv || gather ? &h : NULL;
-        streamed &= which ? block_pv(pl, &head, w, a, e, j0, n, hp, masked, npf, warm)
-                          : block_scores(pl, &head, w, hp, j0, n, a, e, npf, warm, plain, NULL, 0);
+        streamed &= which ? block_pv(pl, &head, w, a, e, j0, n, hp, masked, npf, warm, NULL,
+                                     NULL)
+                          : block_scores(pl, &head, w, hp, j0, n, a, e, npf, warm, plain, NULL, NULL);
     }
     return streamed;
 }
@@ -680,13 +692,23 @@ void run_keys(const plan *pl, const rows *it, const scratch *w, int64_t ja, int6
          * (decode: K and V stream from DRAM; prefill's items reuse each block, and its
          * pv prefetches nothing) */
         const int npf = pl->k_in_place ? (int)min64(jnext - j1, INT32_MAX) : 0;
+        /* the worker's kept packs of the block (kpc_slot); the fp32 tiles keep none that
+         * qk_parts packs in parts */
+        unsigned char *kst = NULL, *vst = NULL;
+        kparts pt;
+        char *kslot = pl->kpc_slots && (plain || pl->bf16_tiles ||
+                                        !parts_of(pl, it, w, j0, n, ra, rb, &pt))
+                          ? kpc_slot(pl, it, w, 0, j0, n, &kst)
+                          : NULL;
+        char *vslot = pl->kpc_slots ? kpc_slot(pl, it, w, 1, j0, n, &vst) : NULL;
+        const int vkept = vst && *vst == KPC_PACKED; /* block_pv reads no row of V */
         vrows v = {NULL, 0, SDPA_F32};
         if (vin) {
             v = (vrows){vbase + (size_t)(j0 * p->vs[2]) * ves, p->vs[2], p->vt};
             /* n > 1 only when the view has two rows or more, which bounds the row
              * stride's bytes (validate.c); a single row's stride is unbounded (INT64_MAX
              * passes, multiplied by 0) and would overflow here, so it is not used */
-            if (!vahead)
+            if (!vahead && !vkept)
                 prefetch_head(v.v, n > 1 ? p->vs[2] * (int64_t)ves : 0, n, vrow);
         } else if (vseg && !vahead) { /* the first rows of V, as prefetch_head: before QK^T */
             if (pl->v_at)
@@ -694,15 +716,13 @@ void run_keys(const plan *pl, const rows *it, const scratch *w, int64_t ja, int6
             else
                 kv_prefetch_run(pl, it, 1, j0, j1);
         }
-        int kpacked = 0;
-        float *kslot = pl->kpc_slots ? kpc_slot(pl, it, w, j0, n, ra, rb, plain, &kpacked) : NULL;
-        const vrows k = kin     ? (vrows){kbase + (size_t)(j0 * p->ks[2]) * kes, p->ks[2], p->kt}
-                        : kseg || kpacked ? (vrows){NULL, 0, SDPA_F32}
-                                          : kv_block(pl, it, w, 0, j0, n);
+        const vrows k = kin ? (vrows){kbase + (size_t)(j0 * p->ks[2]) * kes, p->ks[2], p->kt}
+                        : kseg || (kst && *kst) ? (vrows){NULL, 0, SDPA_F32}
+                                                : kv_block(pl, it, w, 0, j0, n);
         kahead = pl->hgroup ? heads_step(pl, it, w, kin ? &k : NULL, 0, j0, n, ra, rb, npf,
                                          kahead, plain, 0)
                             : block_scores(pl, it, w, kseg ? NULL : &k, j0, n, ra, rb, npf,
-                                           kahead, plain, kslot, kpacked);
+                                           kahead, plain, kslot, kst);
         const int masked = plain ? 0 : prepare_block(pl, it, w, ra, rb, j0, n);
         c->masked += masked != 0;
         if (!forward) {
@@ -721,12 +741,12 @@ void run_keys(const plan *pl, const rows *it, const scratch *w, int64_t ja, int6
         if (p->dropout_p != 0.0f)
             dropout_block(pl, it, w, ra, rb, j0, n);
         const int vpages = vseg && v_runs(pl, j0, masked);
-        if (!vin && !vpages && !pl->hgroup) /* (heads_step gathers each head's) */
+        if (!vin && !vpages && !pl->hgroup && !vkept) /* (heads_step gathers each head's) */
             v = kv_block(pl, it, w, 1, j0, n);
         vahead = pl->hgroup ? heads_step(pl, it, w, vin ? &v : NULL, 1, j0, n, ra, rb, npf,
                                          vahead, 0, masked)
                             : block_pv(pl, it, w, ra, rb, j0, n, vpages ? NULL : &v, masked,
-                                       npf, vahead);
+                                       npf, vahead, vslot, vst);
         j0 = j1;
     }
 }
