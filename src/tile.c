@@ -305,6 +305,14 @@ static int qk_parts(const plan *pl, const rows *it, const scratch *w, int64_t j0
     return 1;
 }
 
+/* Block j0's slot among the blocks a worker keeps packed (plan.kpc_slots), or -1: none
+ * kept, or j0 not a block's first key. The slots hold the blocks of one (b, hk), kpc_of. */
+static int64_t kpc_index(const plan *pl, int64_t j0) {
+    return pl->kpc_slots && j0 % pl->bc == 0 && j0 / pl->bc < pl->kpc_slots ? j0 / pl->bc : -1;
+}
+
+static int64_t kpc_of(const plan *pl, const rows *it) { return it->b * pl->p.Hkv + it->hk; }
+
 /* The kept blocks' slot of block j0 of item it's (b, hk) for K (which 0) or V (1), and
  * its state (*st: 0 empty, KPC_PACKED or KPC_NONFINITE), or NULL where the worker keeps
  * none: the plan keeps none, or the block is not the sequence's whole block (a window's
@@ -314,17 +322,15 @@ static int qk_parts(const plan *pl, const rows *it, const scratch *w, int64_t j0
  * way), so an item that finds it packed multiplies what it would have packed itself. */
 static char *kpc_slot(const plan *pl, const rows *it, const scratch *w, int which, int64_t j0,
                       int n, unsigned char **st) {
-    const int64_t slot = j0 / pl->bc;
+    const int64_t slot = kpc_index(pl, j0);
     *st = NULL;
-    if (!pl->kpc_bytes[which] || j0 % pl->bc != 0 || slot >= pl->kpc_slots ||
-        n != min64(pl->bc, it->seq.tkv - j0))
+    if (slot < 0 || !pl->kpc_bytes[which] || n != min64(pl->bc, it->seq.tkv - j0))
         return NULL;
-    const int64_t bh = it->b * pl->p.Hkv + it->hk;
-    if (*w->kpc_bh != bh) {
+    if (*w->kpc_bh != kpc_of(pl, it)) {
         for (int x = 0; x < 2; x++)
             if (pl->kpc_bytes[x])
                 memset(w->kpc_st[x], 0, (size_t)pl->kpc_slots);
-        *w->kpc_bh = bh;
+        *w->kpc_bh = kpc_of(pl, it);
     }
     *st = w->kpc_st[which] + slot;
     return w->kpc[which] + (size_t)slot * pl->kpc_bytes[which];
@@ -332,9 +338,8 @@ static char *kpc_slot(const plan *pl, const rows *it, const scratch *w, int whic
 
 /* Whether the worker keeps block j0 of item it's K packed. */
 static int kpc_kept(const plan *pl, const rows *it, const scratch *w, int64_t j0) {
-    const int64_t slot = j0 / pl->bc;
-    return pl->kpc_slots && j0 % pl->bc == 0 && slot < pl->kpc_slots &&
-           *w->kpc_bh == it->b * pl->p.Hkv + it->hk && w->kpc_st[0][slot];
+    const int64_t slot = kpc_index(pl, j0);
+    return slot >= 0 && *w->kpc_bh == kpc_of(pl, it) && w->kpc_st[0][slot];
 }
 
 /* S rows [ra, rb) = scale Q K^T for the n keys of the block kv (caller memory, or the
@@ -589,7 +594,8 @@ static int heads_step(const plan *pl, const rows *it, const scratch *w, const vr
         const vrows *hp = kv || gather ? &h : NULL;
         streamed &= which ? block_pv(pl, &head, w, a, e, j0, n, hp, masked, npf, warm, NULL,
                                      NULL)
-                          : block_scores(pl, &head, w, hp, j0, n, a, e, npf, warm, plain, NULL, NULL);
+                          : block_scores(pl, &head, w, hp, j0, n, a, e, npf, warm, plain, NULL,
+                                         NULL);
     }
     return streamed;
 }

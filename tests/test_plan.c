@@ -8,7 +8,8 @@
  * units as they come; each must give the same bits as sdpa_forward, and the same work
  * counters. (sdpa_plan_run carves its scratch afresh for each unit, so its items pack
  * every K block themselves, where sdpa_forward's workers keep packed blocks for the next
- * items of a (b, hk): the same bits, tile.c's kpc_slot.) Errors: the statuses of sdpa_forward, and the run functions' own checks.
+ * items of a (b, hk): the same bits, tile.c's kpc_slot.) Errors: the statuses of
+ * sdpa_forward, and the run functions' own checks.
  *
  * Merging: the keys of a problem cut into disjoint shards, each shard's partial (o, lse)
  * computed by sdpa_forward, merged by sdpa_merge, against sdpa_forward over all keys
