@@ -62,7 +62,7 @@
  * first block, after a masked block). Into L1 or L2 (sdpa_prefetch_l1) and how far
  * (sdpa_prefetch_ahead) src/dispatch.c decides once from CPUID, with the measurements:
  * 8 KiB into L2 where the L1D is small (a longer lookahead into L1 evicts the block
- * being read), else into L1, 4 KiB on AMD and 2 KiB on Intel. */
+ * being read), else into L1, 8 KiB on AMD and 2 KiB on Intel. */
 extern int sdpa_prefetch_l1;
 extern int sdpa_prefetch_ahead;
 #define SDPA_PREFETCH_AHEAD sdpa_prefetch_ahead

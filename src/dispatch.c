@@ -133,11 +133,14 @@ void sdpa_cpu_x86(sdpa_x86_cpu *f) {
  * being read. Measured (docs/PERFORMANCE.md, "Decode prefetching"): AMD Zen 5 (48 KiB
  * L1D) ran decode 8-12% faster with L1 prefetches; AMD Zen 4 (32 KiB L1D) ran it 10-35%
  * faster with L2 ones. How far ahead (bytes of rows, SDPA_PREFETCH_AHEAD): into L2,
- * 8 KiB (Zen 4: 4 KiB slower, 16 KiB no faster); into L1, 4 KiB on AMD (Zen 5: 2 and 8
- * KiB slower) and 2 KiB on Intel, whose cores fill L1 from their own L2 stream
- * prefetcher sooner (a 48 KiB-L1D Intel Xeon with AMX: fp32 and f16 decode 7-13% faster
- * than at 4 KiB, batched decode 10-15%; 1.5-3 KiB within 2%; docs/PERFORMANCE.md, "The
- * Intel host"). The vendor, CPUID.0, is the one property that told those cores apart. */
+ * 8 KiB (Zen 4: 4 KiB slower, 16 KiB no faster); into L1, 8 KiB on AMD and 2 KiB on
+ * Intel, whose cores fill L1 from their own L2 stream prefetcher sooner (a 48 KiB-L1D
+ * Intel Xeon with AMX: fp32 and f16 decode 7-13% faster than at 4 KiB, batched decode
+ * 10-15%; 1.5-3 KiB within 2%; docs/PERFORMANCE.md, "The Intel host"). On Zen 5
+ * (docs/PERFORMANCE.md, "Zen 5 again"), 8 KiB against 4: f16 decode on 1 thread 6-18%
+ * faster, fp32 0-5%, paged 10-14%, 2 threads within 3%, quantized rows within the noise;
+ * 6 and 12-16 KiB no faster. The vendor, CPUID.0, is the one property that told those
+ * cores apart. */
 #define PREFETCH_L1_MIN_KB 48
 int sdpa_prefetch_l1 = 1;
 int sdpa_prefetch_ahead = 4096;
@@ -486,7 +489,7 @@ static void init(void) {
         sdpa_cpu_x86(&f);
         sdpa_prefetch_l1 = f.l1d_kb >= PREFETCH_L1_MIN_KB;
         const int intel = !memcmp(f.vendor, "GenuineIntel", 12);
-        sdpa_prefetch_ahead = !sdpa_prefetch_l1 ? 8192 : intel ? 2048 : 4096;
+        sdpa_prefetch_ahead = !sdpa_prefetch_l1 || !intel ? 8192 : 2048;
         sdpa_prefetch_at_l1 = sdpa_prefetch_l1 && !intel;
         sdpa_prefetch_at_ahead = sdpa_prefetch_l1 && intel ? 8192 : sdpa_prefetch_ahead;
     }

@@ -61,7 +61,10 @@ int main(int argc, char **argv) {
         printf("no CPUID (not an x86 target)\n");
     }
     (void)sdpa_get_isa(); /* the library's one-time detection has run: the policy is set */
-    printf("decode prefetch: rows ahead into %s\n", sdpa_prefetch_l1 ? "L1" : "L2");
+    printf("decode prefetch: rows ahead into %s, %d bytes; rows at addresses into %s, %d "
+           "bytes\n",
+           sdpa_prefetch_l1 ? "L1" : "L2", sdpa_prefetch_ahead, sdpa_prefetch_at_l1 ? "L1" : "L2",
+           sdpa_prefetch_at_ahead);
 
     printf("kernel tables, in the registry's order of preference\n");
     int n;
