@@ -292,7 +292,8 @@ typedef enum sdpa_isa {
 typedef struct sdpa_stats {
     sdpa_isa isa;             /* kernel table used (SDPA_ISA_AUTO for the reference) */
     int threads;              /* threads used (1 when run without a parallel region) */
-    int block_q, block_kv;    /* Br and Bc */
+    int block_q, block_kv;    /* Br and Bc (keys per block: a decode call's may be longer
+                                 than the table's) */
     int64_t work_items;       /* items: (b, h, query block); (b, K/V head, row block)
                                  for GQA calls of at most 16 query rows; b for decode
                                  over K/V kept tokens-major */

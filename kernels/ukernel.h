@@ -26,7 +26,10 @@
  * each row-by-key product across its vector lanes with a transposing tree (about two
  * shuffles and one add per score, whatever dk): right for the few rows of decode, where
  * the pack cost more than the QK^T it fed. The driver picks by the most rows an item of
- * the call has (src/plan.c, QK_ROWS_MAX).
+ * the call has (src/plan.c, QK_ROWS_MAX). Where it takes qk_rows (decode), its blocks may
+ * be longer than bc, up to SDPA_DECODE_BC_MAX keys: qk_rows (and _q, _at, _bf16),
+ * softmax, pv (and _q, _at, _rows_bf16) take any n up to that; pack_k, qk and the bf16
+ * tiles only n <= bc.
  *
  * Strides (ld*) are in elements of the pointed-to type. Pointers into caller memory (k,
  * v) may be aligned only to their element size and must not be read past the last
@@ -73,6 +76,10 @@ extern int sdpa_prefetch_ahead;
 extern int sdpa_prefetch_at_l1;
 extern int sdpa_prefetch_at_ahead;
 #define SDPA_PREFETCH_AT_AHEAD sdpa_prefetch_at_ahead
+
+/* The most keys of a decode block (the driver's choice within it: src/dispatch.c,
+ * sdpa_decode_bc): the n the in-place kernels and softmax must take (above). */
+#define SDPA_DECODE_BC_MAX 256
 
 /* The scale groups qk_rows_q and pv_q take besides one per row: multiples of this, a
  * multiple of every table's vector length (16 floats on AVX-512, 8 on AVX2, 4 on NEON),

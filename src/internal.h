@@ -256,6 +256,11 @@ void sdpa_cpu_x86(sdpa_x86_cpu *f);
  * (paged). Set once at the first use of the library (dispatch.c) from the L1 data
  * cache's size and the vendor, read-only afterwards. */
 
+/* Keys per block of a decode plan (items that read K in place, one KV head each;
+ * plan.c), set once with the prefetch policy above (dispatch.c): a multiple of the
+ * table's Bc, at most SDPA_DECODE_BC_MAX (kernels/ukernel.h). */
+extern int sdpa_decode_bc;
+
 /* The fused driver on a validated problem with an explicit table. */
 sdpa_status sdpa_forward_with(const sdpa_kernels *kt, const sdpa_problem *p,
                               sdpa_stats *stats);

@@ -107,6 +107,9 @@ static size_t scratch_layout(const plan *pl, char *base, scratch *w) {
     const sdpa_problem *p = &pl->p;
     const sdpa_kernels *kt = pl->kt;
     const size_t br = (size_t)pl->br, bc = (size_t)pl->bc;
+    /* rows of the S tile and the hidden flags: an item's (mrows) where K is read in place,
+     * whose blocks may be longer (plan_init), else Br */
+    const size_t srows = pl->k_in_place ? (size_t)pl->mrows : br;
     const size_t dk32 = round_up((size_t)p->Dk, 32), dv32 = round_up((size_t)p->Dv, 32);
     const int tiles = pl->bf16_tiles, forward = pl->mode == PLAN_FORWARD;
     const size_t kp = pl->k_in_place || tiles ? 0 : round_up(bc, (size_t)kt->kp_align) * (size_t)p->Dk;
@@ -142,7 +145,7 @@ static size_t scratch_layout(const plan *pl, char *base, scratch *w) {
     CARVE(qsc, float, quant ? (size_t)max64(p->Dk, p->Dv) : 0);
     CARVE(kat, const void *, pl->k_at ? bc + KV_AT_AHEAD_MAX : 0);
     CARVE(vat, const void *, pl->v_at ? bc + KV_AT_AHEAD_MAX : 0);
-    CARVE(s, float, br * (size_t)pl->lds);
+    CARVE(s, float, srows * (size_t)pl->lds);
     CARVE(o, float, br * (size_t)pl->ldo);
     CARVE(m, float, br);
     CARVE(l, float, br);
@@ -155,7 +158,7 @@ static size_t scratch_layout(const plan *pl, char *base, scratch *w) {
     CARVE(i, int64_t, br);
     CARVE(lo, int64_t, br);
     CARVE(hi, int64_t, br);
-    CARVE(hidden, unsigned char, br * bc);
+    CARVE(hidden, unsigned char, srows * bc);
     CARVE(q_item, int64_t, 1);
     CARVE(kpc[0], char, kpc * pl->kpc_bytes[0]);
     CARVE(kpc[1], char, kpc * pl->kpc_bytes[1]);
@@ -235,6 +238,11 @@ void plan_init(plan *pl, const sdpa_kernels *kt, const sdpa_problem *p, int mode
     pl->ldo = (int)round_up((size_t)p->Dv, 16);
     /* (a head-group item calls qk_rows once per KV head, on that head's group rows) */
     pl->k_in_place = pl->hgroup || pl->mrows <= QK_ROWS_MAX;
+    /* decode's blocks (items that read K in place, one KV head each): sdpa_decode_bc keys
+     * (dispatch.c, a multiple of Bc up to SDPA_DECODE_BC_MAX), fewer restarts of the K
+     * and V streams, which take turns at every block */
+    if (pl->k_in_place && !pl->hgroup)
+        pl->bc = (int)max64(pl->bc, min64(sdpa_decode_bc, SDPA_DECODE_BC_MAX) / pl->bc * pl->bc);
     /* blocks of at most HGROUP_BLOCK_BYTES of K rows, all heads' (the product stays
      * below 2^62: a validated view's extent is below 2^56 bytes, validate.c) */
     if (pl->hgroup)

@@ -63,7 +63,7 @@ int64_t unit_blocks(const plan *pl, int64_t u, const scratch *w);
 /* The fixed cost of a unit beyond its key blocks, in blocks: its Q gather and its partial
  * store or finalisation, and taking it from the schedule. Those rows' bytes are at most
  * 16/64 of one block's K and V bytes in a plan that reads K in place (decode: at most
- * QK_ROWS_MAX rows, Bc 64 on every table), and a few percent of a block's multiply-adds
+ * QK_ROWS_MAX rows, blocks of 64 keys or more), and a few percent of a block's multiply-adds
  * in one that packs K (prefill: a block is Br x Bc x (Dk + Dv) of them), so a quarter
  * block bounds it in both (tools/sdpa-schedule --fixed shows how little it matters). */
 #define SCHEDULE_FIXED 0.25

@@ -86,6 +86,12 @@ static void paged_identical(void) {
                     continue;
                 if (s == 2 && pg % 2)
                     c.layout = SC_PADDED;
+                /* a decode over one-token pages runs as head groups (plan.c heads_together),
+                 * whose key blocks are those of the same call over a tokens-major cache,
+                 * not over a heads-major one (decode's longer blocks, dispatch.c
+                 * sdpa_decode_bc): against the tokens-major view */
+                if (pages[pg] == 1 && c.layout == SC_BHTD)
+                    c.layout = SC_BTHD;
                 sc_tensors flat, paged;
                 const sdpa_status s0 = run_fused(&c, &flat);
                 c.page = pages[pg];

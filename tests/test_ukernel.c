@@ -327,6 +327,14 @@ static void test_qk_rows(void) {
                 check_qk_rows(corners[c][0], corners[c][1], dks[a], dks[a] + c % 2, dts[t],
                               1.0f / sqrtf((float)dks[a]));
         }
+    /* decode's longer blocks (kernels/ukernel.h, SDPA_DECODE_BC_MAX) */
+    for (int t = 0; t < N(dts); t++)
+        for (int a = 0; a < N(full_dk); a++) {
+            check_qk_rows(4, SDPA_DECODE_BC_MAX, full_dk[a], full_dk[a], dts[t], 0.125f);
+            check_qk_rows(16, SDPA_DECODE_BC_MAX - 1, full_dk[a], full_dk[a] + 3, dts[t],
+                          0.125f);
+            check_qk_rows(1, SDPA_DECODE_BC_MAX - 15, full_dk[a], full_dk[a], dts[t], 0.125f);
+        }
 }
 
 /* ---- exact widening --------------------------------------------------------------- */
@@ -483,6 +491,12 @@ static void test_softmax(void) {
     for (int i = 0; i < nm; i++)
         for (int j = 0; j < nn; j++)
             check_softmax(ms[i], ns[j]);
+    /* decode's longer blocks (kernels/ukernel.h, SDPA_DECODE_BC_MAX) */
+    static const int md[] = {1, 4, 16, 17};
+    for (int i = 0; i < N(md); i++) {
+        check_softmax(md[i], SDPA_DECODE_BC_MAX);
+        check_softmax(md[i], SDPA_DECODE_BC_MAX - 1);
+    }
 }
 
 /* ---- pv ------------------------------------------------------------------------- */
@@ -595,6 +609,16 @@ static void test_pv(void) {
     for (int t = 0; t < N(dt3); t++)
         for (int a = 0; a < N(dvs); a++)
             check_pv(kt->br < 4 ? kt->br : 4, kt->bc - 3, dvs[a], dvs[a] + 1, dt3[t], t & 1);
+    /* decode's longer blocks (kernels/ukernel.h, SDPA_DECODE_BC_MAX): a GQA group of 4,
+     * one row, and 16 rows */
+    static const int dvd[] = {17, 64, 128, 256};
+    for (int t = 0; t < N(dt3); t++)
+        for (int a = 0; a < N(dvd); a++) {
+            check_pv(kt->br < 4 ? kt->br : 4, SDPA_DECODE_BC_MAX, dvd[a], dvd[a], dt3[t], 1);
+            check_pv(1, SDPA_DECODE_BC_MAX - 1, dvd[a], dvd[a] + 3, dt3[t], 0);
+            check_pv(kt->br < 16 ? kt->br : 16, SDPA_DECODE_BC_MAX - 3, dvd[a], dvd[a],
+                     dt3[t], t & 1);
+        }
     /* more keys than a span of the chunk's V (PV_SPAN_BYTES on x86: 32 fp32 rows of
      * Dv = 128, 64 of f16) for rows in more than one tile, and for one */
     static const sdpa_dtype all[] = {SDPA_F32, SDPA_F16, SDPA_BF16};
@@ -1053,7 +1077,8 @@ static void check_pv_rows_bf16(int m, int n, int dv, int64_t ldv, int rescale, s
  * 64-key piece of pv_rows_bf16's P, at every bf16 head dim, each storage type. */
 static void test_rows_bf16(void) {
     static const int ms[] = {1, 2, 3, 4, 5, 7, 8, 9, 12, 16, 17};
-    static const int ns[] = {1, 2, 3, 15, 16, 17, 31, 33, 63, 64, 65, 130};
+    static const int ns[] = {1,  2,  3,  15, 16,  17,
+                             31, 33, 63, 64, 65, 130, SDPA_DECODE_BC_MAX};
     static const sdpa_dtype dts[] = {SDPA_BF16, SDPA_F32, SDPA_F16};
     for (int i = 0; i < N(ms); i++)
         for (int j = 0; j < N(ns); j++) {

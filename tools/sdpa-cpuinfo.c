@@ -65,6 +65,7 @@ int main(int argc, char **argv) {
            "bytes\n",
            sdpa_prefetch_l1 ? "L1" : "L2", sdpa_prefetch_ahead, sdpa_prefetch_at_l1 ? "L1" : "L2",
            sdpa_prefetch_at_ahead);
+    printf("decode blocks: %d keys\n", sdpa_decode_bc);
 
     printf("kernel tables, in the registry's order of preference\n");
     int n;
