@@ -287,6 +287,15 @@ vrows kv_block(const plan *pl, const rows *it, const scratch *w, int which, int6
 int kv_rows_at(const plan *pl, const rows *it, int which, int64_t j0, int n, int64_t end,
                const void **at);
 
+/* Into L2, the scales of rows [from, from + n) of the view r's rows begin (r's run and
+ * the rows after it at the same strides: a contiguous cache). The driver asks for the
+ * next block's as a block starts: the kernels prefetch the rows of codes a distance
+ * ahead but not their scales, a stream of its own (1 KiB a 256-key block of int8 with a
+ * scale per token) too short for the hardware prefetchers to run ahead of, which left
+ * int8 decode waiting on the scale loads (docs/PERFORMANCE.md, "Quantized decode's
+ * scales ahead"). Nothing for scales shared by every row. */
+void kv_prefetch_scales(const qrows *r, int64_t from, int64_t n);
+
 /* ---- finalize.c ---- */
 
 /* Finalise the real rows of an item whose single partial is in w, and its padding rows. */

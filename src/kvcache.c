@@ -95,6 +95,17 @@ qrows kv_run_qrows(const plan *pl, const rows *it, int which, int64_t j, int64_t
     return (qrows){row, ldb, {sp, per_row ? sc->stride_t : 0, (int)sc->group, sc->dtype}};
 }
 
+void kv_prefetch_scales(const qrows *r, int64_t from, int64_t n) {
+    __asm__ volatile(""); /* keeps the calls: see kv_prefetch_run */
+    if (r->sc.ld <= 0) /* one set of scales for every row: read once, kept in cache */
+        return;
+    const size_t es = r->sc.dt == SDPA_F16 ? 2 : 4;
+    const char *a = (const char *)r->sc.p + (size_t)(from * r->sc.ld) * es;
+    const size_t bytes = (size_t)(n * r->sc.ld) * es;
+    for (size_t off = 0; off < bytes; off += 64) /* 64-byte lines: x86-64, arm64 */
+        __builtin_prefetch(a + off, 0, 2);
+}
+
 /* Rows [j, j + n) of a quantized K or V (one run, or a block) dequantized into dst, rows
  * D apart, page run by page run (within one, rows and their scales are a stride apart):
  * a row's scales are read for each row, or once in all when they do not change with the

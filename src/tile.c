@@ -382,6 +382,8 @@ static int block_scores(const plan *pl, const rows *it, const scratch *w, const 
                 const int on = j + len == j0 + n && !p->pages.block_table && npf > 0;
                 streamed |= on;
                 const qrows k = kv_run_qrows(pl, it, 0, j, len, row);
+                if (on)
+                    kv_prefetch_scales(&k, len, min64(len, npf));
                 if (pl->bf16_rows)
                     kt->qk_rows_bf16(rb - ra, (int)len, (int)p->Dk, p->scale,
                                      w->qb + (size_t)ra * (size_t)pl->ldqb, pl->ldqb, k.v, k.ldb,
@@ -505,6 +507,8 @@ static int block_pv(const plan *pl, const rows *it, const scratch *w, int ra, in
                 const int on = j + len == j0 + n && !p->pages.block_table && npf > 0;
                 streamed |= on;
                 const qrows vq = kv_run_qrows(pl, it, 1, j, len, row);
+                if (on)
+                    kv_prefetch_scales(&vq, len, min64(len, npf));
                 if (pl->bf16_rows) /* runs an even number of keys apart: v_runs */
                     pl->kt->pv_rows_bf16(rb - ra, (int)len, Dv, s + (j - j0), pl->lds, vq.v,
                                          vq.ldb, p->vt, &vq.sc, alpha, o, pl->ldo,
