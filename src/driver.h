@@ -295,6 +295,11 @@ int kv_rows_at(const plan *pl, const rows *it, int which, int64_t j0, int n, int
  * int8 decode waiting on the scale loads (docs/PERFORMANCE.md, "Quantized decode's
  * scales ahead"). Nothing for scales shared by every row. */
 void kv_prefetch_scales(const qrows *r, int64_t from, int64_t n);
+/* The most bytes of scales kv_prefetch_scales asks for at once: a burst of prefetches
+ * waits on the miss buffers (docs/PERFORMANCE.md, "Paged decode in step"), and 2 KiB
+ * covers the measured case (1 KiB: int8, one fp32 scale per token, 256 keys) and int4's
+ * f16 scales per 32 channels at Dk = 128. */
+#define KV_SCALES_AHEAD 2048
 
 /* ---- finalize.c ---- */
 

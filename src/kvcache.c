@@ -101,7 +101,9 @@ void kv_prefetch_scales(const qrows *r, int64_t from, int64_t n) {
         return;
     const size_t es = r->sc.dt == SDPA_F16 ? 2 : 4;
     const char *a = (const char *)r->sc.p + (size_t)(from * r->sc.ld) * es;
-    const size_t bytes = (size_t)(n * r->sc.ld) * es;
+    /* at most KV_SCALES_AHEAD bytes: all of a 256-key block's per-token scales, and a
+     * bounded burst of group scales (at Dk = 512 in groups of 32, 16 KiB a block) */
+    const size_t bytes = (size_t)min64(n * r->sc.ld * (int64_t)es, KV_SCALES_AHEAD);
     for (size_t off = 0; off < bytes; off += 64) /* 64-byte lines: x86-64, arm64 */
         __builtin_prefetch(a + off, 0, 2);
 }
