@@ -102,6 +102,12 @@ typedef struct sdpa_kernels {
     int br;            /* query rows per work item (Br) */
     int bc;            /* keys per block (Bc) */
     int kp_align;      /* pack_k pads the key count up to a multiple of this */
+    int kp_split;      /* 0, or keys per panel of Kp: for h a multiple of it (h < n), the
+                        * pack of a block's n keys from kp + h dk on is the pack of its
+                        * keys [h, n), and its first h dk floats the pack of keys [0, h)
+                        * (the driver runs the causal diagonal's two parts on a kept
+                        * pack of the whole block: src/tile.c, qk_parts); 0: the layout
+                        * depends on n. Comes with pack_k (dispatch.c) */
     int kpb_align;     /* pack_k_bf16 pads the key count up to a multiple of this */
     int vpb_align;     /* pack_v_bf16 pads the key count up to a multiple of this */
 

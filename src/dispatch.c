@@ -344,6 +344,8 @@ static void overlay(sdpa_kernels *dst, const sdpa_kernels *src) {
         dst->br = src->br;
     if (src->bc)
         dst->bc = src->bc;
+    if (src->pack_k) /* a property of the layout the table's own pack_k writes */
+        dst->kp_split = src->kp_split;
 #define TAKE(f)          \
     if (src->f)          \
         dst->f = src->f;

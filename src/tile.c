@@ -273,6 +273,21 @@ static int parts_of(const plan *pl, const rows *it, const scratch *w, int64_t j0
     return !(pt->b0 == ra && pt->e0 == rb && pt->b1 == ra && pt->e1 == rb);
 }
 
+/* Whether the table's pack of a whole block holds the packs of the two parts pt cuts it
+ * into (kp_split), so the parts may multiply a kept pack (block_scores). */
+static int parts_in_pack(const plan *pl, const kparts *pt) {
+    return pl->kt->kp_split > 0 && pt->h % pl->kt->kp_split == 0;
+}
+
+/* One part's products (qk_parts): rows [b, e) of S against the nk keys from key h0 of
+ * the block, packed at kp. */
+static void part_qk(const plan *pl, const scratch *w, int b, int e, int h0, int nk,
+                    const float *kp) {
+    if (b < e)
+        pl->kt->qk(e - b, nk, (int)pl->p.Dk, pl->p.scale, w->q + (size_t)b * (size_t)pl->ldq,
+                   pl->ldq, kp, w->s + (size_t)b * (size_t)pl->lds + h0, pl->lds);
+}
+
 /* QK^T of a block that rows [ra, rb) see only in part (a causal diagonal, a window's
  * edge), in two parts of its keys, each packed and multiplied for only the band of rows
  * that see some key of it: on the causal diagonal the rows before the middle key skip
@@ -281,28 +296,34 @@ static int parts_of(const plan *pl, const rows *it, const scratch *w, int64_t j0
  * and a score's bits do not depend on the keys or rows beside it in a qk call. The first
  * part is a multiple of 16 keys, so the second part's packed keys and its columns of S
  * start 64-byte aligned whatever Dk, and of kp_align, so the two packs fill what one
- * would. Returns 0 (nothing done) when every row sees both parts. */
+ * would. Where the worker keeps the block's pack (kslot), the parts multiply it instead
+ * (block_scores). Returns 0 (nothing done) when every row sees both parts. */
 static int qk_parts(const plan *pl, const rows *it, const scratch *w, int64_t j0, int n,
                     int ra, int rb, const char *k, int64_t ldk, sdpa_dtype dt) {
-    const sdpa_problem *p = &pl->p;
-    const sdpa_kernels *kt = pl->kt;
-    const int Dk = (int)p->Dk;
+    const int Dk = (int)pl->p.Dk;
     kparts pt;
     if (!parts_of(pl, it, w, j0, n, ra, rb, &pt))
         return 0;
-    const int h = pt.h, b0 = pt.b0, e0 = pt.e0, b1 = pt.b1, e1 = pt.e1;
-    if (b0 < e0) {
-        kt->pack_k(h, Dk, k, ldk, dt, w->kp);
-        kt->qk(e0 - b0, h, Dk, p->scale, w->q + (size_t)b0 * (size_t)pl->ldq, pl->ldq, w->kp,
-               w->s + (size_t)b0 * (size_t)pl->lds, pl->lds);
+    const int h = pt.h;
+    float *kp1 = w->kp + (size_t)h * (size_t)Dk;
+    if (pt.b0 < pt.e0) {
+        pl->kt->pack_k(h, Dk, k, ldk, dt, w->kp);
+        part_qk(pl, w, pt.b0, pt.e0, 0, h, w->kp);
     }
-    if (b1 < e1) {
-        float *kp = w->kp + (size_t)h * (size_t)Dk;
-        kt->pack_k(n - h, Dk, k + (size_t)((int64_t)h * ldk) * sdpa_dtype_size(dt), ldk, dt, kp);
-        kt->qk(e1 - b1, n - h, Dk, p->scale, w->q + (size_t)b1 * (size_t)pl->ldq, pl->ldq, kp,
-               w->s + (size_t)b1 * (size_t)pl->lds + h, pl->lds);
+    if (pt.b1 < pt.e1) {
+        pl->kt->pack_k(n - h, Dk, k + (size_t)((int64_t)h * ldk) * sdpa_dtype_size(dt), ldk, dt,
+                       kp1);
+        part_qk(pl, w, pt.b1, pt.e1, h, n - h, kp1);
     }
     return 1;
+}
+
+/* The parts pt of a block whose whole pack is at kp (parts_in_pack): the products
+ * qk_parts gives, from the same packed keys. */
+static void parts_from_pack(const plan *pl, const scratch *w, const kparts *pt, int n,
+                            const float *kp) {
+    part_qk(pl, w, pt->b0, pt->e0, 0, pt->h, kp);
+    part_qk(pl, w, pt->b1, pt->e1, pt->h, n - pt->h, kp + (size_t)pt->h * (size_t)pl->p.Dk);
 }
 
 /* Block j0's slot among the blocks a worker keeps packed (plan.kpc_slots), or -1: none
@@ -351,13 +372,14 @@ static int kpc_kept(const plan *pl, const rows *it, const scratch *w, int64_t j0
  * A block not plain (masked, or modified scores) may go to qk_parts.
  * kslot: where not NULL, the block's slot among the kept packed blocks (kpc_slot), which
  * the pack fills unless its state *kst says it holds the block already (kv is then not
- * read). The fp32 tiles keep no block that qk_parts would pack in parts.
+ * read); pt, where not NULL, the parts (parts_of) the block's rows run in, which a pack in
+ * kslot holds (parts_in_pack): the parts multiply it as qk_parts would its own packs.
  * npf: the keys of the unit after the block (kernels/ukernel.h). Returns 1 if qk_rows
  * read the block's last rows in place, told that the stream goes on (so it may have
  * prefetched the next block's first rows), else 0. */
 static int block_scores(const plan *pl, const rows *it, const scratch *w, const vrows *kv,
                         int64_t j0, int n, int ra, int rb, int npf, int warm, int plain,
-                        char *kslot, unsigned char *kst) {
+                        char *kslot, unsigned char *kst, const kparts *pt) {
     const sdpa_problem *p = &pl->p;
     const sdpa_kernels *kt = pl->kt;
     float *s = w->s + (size_t)ra * (size_t)pl->lds;
@@ -428,8 +450,11 @@ static int block_scores(const plan *pl, const rows *it, const scratch *w, const 
     }
     const float *q = w->q + (size_t)ra * (size_t)pl->ldq;
     if (kst && *kst) {
-        kt->qk(rb - ra, n, (int)p->Dk, p->scale, q, pl->ldq, (const float *)(void *)kslot, s,
-               pl->lds);
+        if (pt)
+            parts_from_pack(pl, w, pt, n, (const float *)(void *)kslot);
+        else
+            kt->qk(rb - ra, n, (int)p->Dk, p->scale, q, pl->ldq, (const float *)(void *)kslot,
+                   s, pl->lds);
         return 0;
     }
     const char *k = kv->v;
@@ -455,7 +480,10 @@ static int block_scores(const plan *pl, const rows *it, const scratch *w, const 
     kt->pack_k(n, (int)p->Dk, k, ldk, dt, kp);
     if (kst)
         *kst = KPC_PACKED;
-    kt->qk(rb - ra, n, (int)p->Dk, p->scale, q, pl->ldq, kp, s, pl->lds);
+    if (pt)
+        parts_from_pack(pl, w, pt, n, kp);
+    else
+        kt->qk(rb - ra, n, (int)p->Dk, p->scale, q, pl->ldq, kp, s, pl->lds);
     return 0;
 }
 
@@ -599,7 +627,7 @@ static int heads_step(const plan *pl, const rows *it, const scratch *w, const vr
         streamed &= which ? block_pv(pl, &head, w, a, e, j0, n, hp, masked, npf, warm, NULL,
                                      NULL)
                           : block_scores(pl, &head, w, hp, j0, n, a, e, npf, warm, plain, NULL,
-                                         NULL);
+                                         NULL, NULL);
     }
     return streamed;
 }
@@ -702,12 +730,13 @@ void run_keys(const plan *pl, const rows *it, const scratch *w, int64_t ja, int6
          * (decode: K and V stream from DRAM; prefill's items reuse each block, and its
          * pv prefetches nothing) */
         const int npf = pl->k_in_place ? (int)min64(jnext - j1, INT32_MAX) : 0;
-        /* the worker's kept packs of the block (kpc_slot); the fp32 tiles keep none that
-         * qk_parts packs in parts */
+        /* the worker's kept packs of the block (kpc_slot); a block the fp32 tiles run in
+         * parts (qk_parts) only where its whole pack holds the parts' packs */
         unsigned char *kst = NULL, *vst = NULL;
         kparts pt;
-        char *kslot = pl->kpc_slots && (plain || pl->bf16_tiles ||
-                                        !parts_of(pl, it, w, j0, n, ra, rb, &pt))
+        const int parts = pl->kpc_slots && !plain && !pl->bf16_tiles &&
+                          parts_of(pl, it, w, j0, n, ra, rb, &pt);
+        char *kslot = pl->kpc_slots && (!parts || parts_in_pack(pl, &pt))
                           ? kpc_slot(pl, it, w, 0, j0, n, &kst)
                           : NULL;
         char *vslot = pl->kpc_slots ? kpc_slot(pl, it, w, 1, j0, n, &vst) : NULL;
@@ -732,7 +761,7 @@ void run_keys(const plan *pl, const rows *it, const scratch *w, int64_t ja, int6
         kahead = pl->hgroup ? heads_step(pl, it, w, kin ? &k : NULL, 0, j0, n, ra, rb, npf,
                                          kahead, plain, 0)
                             : block_scores(pl, it, w, kseg ? NULL : &k, j0, n, ra, rb, npf,
-                                           kahead, plain, kslot, kst);
+                                           kahead, plain, kslot, kst, parts && kslot ? &pt : NULL);
         const int masked = plain ? 0 : prepare_block(pl, it, w, ra, rb, j0, n);
         c->masked += masked != 0;
         if (!forward) {

@@ -215,6 +215,51 @@ static void test_qk(void) {
                      dks[a] + 1, dts[t], -0.5f);
 }
 
+/* kp_split: a block's pack cut at a multiple h of it is the packs of its two parts, bit
+ * for bit (the driver multiplies the causal diagonal's parts on a kept pack of the whole
+ * block; src/tile.c, qk_parts), padding zeros included. */
+static void check_pack_split(int n, int dk, int64_t ldk, sdpa_dtype dt) {
+    const size_t whole = rup((size_t)n, (size_t)kt->kp_align) * (size_t)dk;
+    float *kx = malloc((size_t)n * (size_t)dk * sizeof(float));
+    void *k = caller_rows(n, dk, ldk, dt, kx);
+    float *kp = scratch_alloc(whole), *part = scratch_alloc(whole);
+    kt->pack_k(n, dk, k, ldk, dt, kp);
+    const size_t es = sdpa_dtype_size(dt);
+    int bad = 0;
+    for (int h = kt->kp_split; h < n && !bad; h += kt->kp_split) {
+        const size_t first = (size_t)h * (size_t)dk;
+        const size_t rest = rup((size_t)(n - h), (size_t)kt->kp_align) * (size_t)dk;
+        kt->pack_k(h, dk, k, ldk, dt, part);
+        bad |= memcmp(part, kp, first * sizeof(float)) != 0;
+        kt->pack_k(n - h, dk, (const char *)k + (size_t)h * (size_t)ldk * es, ldk, dt, part);
+        bad |= first + rest != whole || memcmp(part, kp + first, rest * sizeof(float)) != 0;
+        if (bad)
+            CHECK(0, "%s pack_k n=%d dk=%d %s: the pack cut at key %d is not the packs of "
+                  "its parts (kp_split %d)", kt->name, n, dk, dtype_name(dt), h, kt->kp_split);
+    }
+    CHECK(guards_intact(kp, whole) && guards_intact(part, whole),
+          "%s pack_k n=%d dk=%d: wrote outside Kp", kt->name, n, dk);
+    scratch_free(kp);
+    scratch_free(part);
+    sc_free(k);
+    free(kx);
+}
+
+static void test_pack_split(void) {
+    if (!CHECK(kt->kp_split >= 0 && kt->kp_split % kt->kp_align == 0,
+               "%s: kp_split=%d not a multiple of kp_align=%d", kt->name, kt->kp_split,
+               kt->kp_align) ||
+        kt->kp_split == 0)
+        return;
+    int ns[48];
+    const int nn = edge_sizes(kt->bc, ns);
+    static const int dks[] = {1, 17, 64, 128};
+    for (int a = 0; a < N(dks); a++)
+        for (int j = 0; j < nn; j++)
+            check_pack_split(ns[j], dks[a], dks[a] + (j & 1) * 3,
+                             j % 3 == 0 ? SDPA_F32 : j % 3 == 1 ? SDPA_F16 : SDPA_BF16);
+}
+
 /* ---- qk_rows -------------------------------------------------------------------- */
 
 /* qk_rows on m rows against n keys read in place: each score within the dot-product
@@ -1273,6 +1318,7 @@ void suite_ukernel(void) {
     CHECK(kt->br >= 1 && kt->bc >= 1 && kt->kp_align >= 1 && kt->bc % kt->kp_align == 0,
           "%s: tile sizes br=%d bc=%d kp_align=%d", kt->name, kt->br, kt->bc, kt->kp_align);
     test_qk();
+    test_pack_split();
     test_qk_rows();
     test_widening();
     test_softmax();

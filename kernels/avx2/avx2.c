@@ -70,6 +70,7 @@ static void pvq_chunk(int nv, const pv_chunk_args *a) {
  * counters' tests assume. */
 const sdpa_kernels sdpa_kernels_avx2 = {
     .isa = SDPA_ISA_AVX2, .name = "avx2", .br = 96, .bc = 64, .kp_align = VL,
+    .kp_split = 2 * VL, /* pack_k_dt's panels of 2 VL keys (kernels/x86/tiles.h) */
     .pack_k = x86_pack_k, .qk = qk_6x2v, .qk_rows = x86_qk_rows,
     .softmax = x86_softmax, .pv = x86_pv, .vexp = x86_vexp, .dequant = kvq_dequant,
     .qk_rows_q = x86_qk_rows_q, .pv_q = x86_pv_q, .qk_rows_at = x86_qk_rows_at,

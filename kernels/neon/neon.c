@@ -565,6 +565,7 @@ static void neon_pv(int m, int n, int dv, const float *p, int ldp, const void *v
 
 const sdpa_kernels sdpa_kernels_neon = {
     .isa = SDPA_ISA_NEON, .name = "neon", .br = 32, .bc = 64, .kp_align = NR,
+    .kp_split = NR, /* panels of NR keys, NR dk floats apart (the layout above) */
     .pack_k = neon_pack_k, .qk = neon_qk, .qk_rows = neon_qk_rows,
     .softmax = neon_softmax, .pv = neon_pv, .vexp = neon_vexp,
     .dequant = kvq_dequant,
