@@ -610,10 +610,13 @@ sc_error sb_compare(const sb_expect *e, const sc_tensors *t) {
     sc_error err = {0};
     if (d->compute == SDPA_COMPUTE_BF16) { /* the mode's bound, from the largest |v| */
         double vmax = 0;
-        /* bufs[2] holds V's source rows: fp32 when V is quantized */
-        const sdpa_dtype src = kv_quantized(t->v.dtype) ? SDPA_F32 : t->v.dtype;
-        for (size_t i = 0; i < t->elems[2]; i++)
-            vmax = fmax(vmax, fabs((double)sc_load(t->bufs[2], i, src)));
+        /* bufs[2] holds V's source rows: fp32 when V is quantized; where V is a view of K's
+         * memory (MLA) it has none, and K's rows, V's columns among them, bound it */
+        const int w = t->bufs[2] != NULL ? 2 : 1;
+        const sdpa_dtype vt = w == 2 ? t->v.dtype : t->k.dtype;
+        const sdpa_dtype src = kv_quantized(vt) ? SDPA_F32 : vt;
+        for (size_t i = 0; i < t->elems[w]; i++)
+            vmax = fmax(vmax, fabs((double)sc_load(t->bufs[w], i, src)));
         err.abs_tol = sc_bf16_abs_tol(vmax);
     }
     if (e->full) {

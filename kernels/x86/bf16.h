@@ -92,7 +92,8 @@ static void x86_pack_q_bf16(int dk, const void *q, sdpa_dtype dt, uint16_t *qb) 
  * dims panel is loaded as 16 rows of 16 pairs, transposed in registers (transpose.h
  * moves 32-bit lanes, so a pair travels whole) and stored as 16 pair-vectors: one pass
  * over K. The next strip's rows are prefetched while this one is transposed, as
- * tiles.h's pack_k does (K comes from the caller's memory, usually L3). */
+ * tiles.h's pack_k does (K comes from the caller's memory, usually L3; simd.h,
+ * pack_pf_*). */
 ALWAYS_INLINE void pack_k_bf16_dt(int n, int dk, const void *k, int64_t ldk, sdpa_dtype dt,
                                   uint16_t *kp) {
     const size_t es = elem_bytes(dt);
@@ -101,11 +102,18 @@ ALWAYS_INLINE void pack_k_bf16_dt(int n, int dk, const void *k, int64_t ldk, sdp
         const int nk = min_int(KPB_KEYS, n - j0);
         const char *src = (const char *)k + (size_t)j0 * (size_t)ldk * es;
         uint16_t *dst = kp + (size_t)j0 * (size_t)dkp;
-        for (int i = KPB_KEYS; i < min_int(2 * KPB_KEYS, n - j0); i++)
-            prefetch_row(src + (size_t)i * (size_t)ldk * es, (size_t)dk * es);
+        const size_t ldkb = (size_t)ldk * es;
+        /* the next strip's rows (none past n: a lone row's stride may be any size) */
+        const int npf = min_int(KPB_KEYS, n - j0 - KPB_KEYS);
+        const char *next = npf > 0 ? src + (size_t)KPB_KEYS * ldkb : src;
+        const int burst = pack_pf_burst(KPB_KEYS, (size_t)dk * es);
+        if (burst)
+            pack_pf_panel(next, ldkb, npf, (size_t)dk * es);
         for (int d0 = 0; d0 < dkp; d0 += 32) {
             const int nd = min_int(32, dk - d0);
             vf r[VL];
+            if (!burst && nd > 0)
+                pack_pf_step(KPB_KEYS, next, ldkb, npf, (size_t)d0 * es, (size_t)nd * es);
             UNROLL_FULL
             for (int i = 0; i < VL; i++)
                 r[i] = i < nk ? _mm512_castsi512_ps(

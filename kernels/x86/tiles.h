@@ -185,12 +185,7 @@ static void x86_vexp(int n, const float *x, float *y) {
  * and stored as VL key-vectors: one pass over K, no scalar element moves. K comes from
  * the caller's memory, usually L3 (a head's K and V outgrow L2 beyond ~1000 keys at
  * D = 128) in short row-strided streams the hardware prefetcher does not pick up, so
- * the next VL rows are prefetched while this panel is transposed: at once where they
- * are at most PACK_PF_BURST bytes, else line by line as the panel's columns go (each
- * step the next rows' lines of the columns it loads), so the requests never outrun the
- * miss buffers: MLA's 2304-byte rows asked for in one burst, 36 KiB a panel, packed at
- * DRAM speed (docs/PERFORMANCE.md, "pack_k's prefetches for long rows"). */
-#define PACK_PF_BURST 8192
+ * the next VL rows are prefetched while this panel is transposed (simd.h, pack_pf_*). */
 ALWAYS_INLINE void pack_k_dt(int n, int dk, const void *k, int64_t ldk, sdpa_dtype dt,
                              float *kp) {
     const size_t es = elem_bytes(dt);
@@ -201,22 +196,18 @@ ALWAYS_INLINE void pack_k_dt(int n, int dk, const void *k, int64_t ldk, sdpa_dty
         float *dst = kp + (size_t)s0 * (size_t)dk + h;
         const char *src = (const char *)k + (size_t)j0 * (size_t)ldk * es;
         const size_t ldkb = (size_t)ldk * es;
-        const int npre = n - j0 - VL; /* the next panel's rows (none in the last) */
-        const int burst = (size_t)VL * (size_t)dk * es <= PACK_PF_BURST;
+        /* the next panel's rows (none past n: a lone row's stride may be any size) */
+        const int npf = min_int(VL, n - j0 - VL);
+        const char *next = npf > 0 ? src + (size_t)VL * ldkb : src;
+        const int burst = pack_pf_burst(VL, (size_t)dk * es);
         if (burst)
-            for (int i = 0; i < min_int(VL, npre); i++)
-                prefetch_row(src + (size_t)(VL + i) * ldkb, (size_t)dk * es);
+            pack_pf_panel(next, ldkb, npf, (size_t)dk * es);
         for (int d0 = 0; d0 < dk; d0 += VL) {
             const int nd = min_int(VL, dk - d0);
             const vtail mk = v_tail(nd);
             vf r[VL];
-            if (!burst && (size_t)d0 * es % 64 == 0) { /* a new line of each row */
-                const char *nx = src + (size_t)VL * ldkb + (size_t)d0 * es;
-                UNROLL_FULL
-                for (int i = 0; i < VL; i++)
-                    if (i < npre)
-                        prefetch_row(nx + (size_t)i * ldkb, 64);
-            }
+            if (!burst)
+                pack_pf_step(VL, next, ldkb, npf, (size_t)d0 * es, (size_t)VL * es);
             UNROLL_FULL
             for (int i = 0; i < VL; i++)
                 r[i] = i < nk ? load_dt(src + (size_t)i * (size_t)ldk * es, d0, dt, mk) : v_zero();
