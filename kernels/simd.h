@@ -66,35 +66,46 @@ ALWAYS_INLINE void prefetch_row(const char *row, size_t nb) {
     prefetch_row_to(row, nb, sdpa_prefetch_l1);
 }
 
-/* A pack's prefetch of the next panel's rows (np of them, rowb bytes each, ldb bytes
- * apart from next) while it transposes this panel's: where the panel's rows are at most
- * PACK_PF_BURST bytes in all, at once (pack_pf_panel, before the panel); else line by
- * line as the columns go (pack_pf_step, with each column step's byte offset off and
- * width nb: the lines of those columns of the next R rows), so the requests never run
- * ahead of the miss buffers. A burst of MLA's 16 rows of 2304 bytes (576 lines) packed
- * at DRAM speed even with K in L3; rows of a panel of 8 KiB (16 rows at Dk = 128, fp32)
+/* A pack's prefetch of the next panel's rows while it transposes this panel's: the next
+ * R rows after the panel at src (left rows from src on, none asked for past them: a lone
+ * row's stride may be any size), rowb bytes each, ldb bytes apart. Where the next rows
+ * are at most PACK_PF_BURST bytes in all, at once (pack_pf_begin, before the panel);
+ * else line by line as the columns go (pack_pf_step, with each column step's byte offset
+ * off and width nb: the lines of those columns of the next rows), so the requests never
+ * run ahead of the miss buffers. A burst of MLA's 16 rows of 2304 bytes (576 lines)
+ * packed at DRAM speed even with K in L3; panels of 8 KiB (16 rows at Dk = 128, fp32)
  * packed as fast or faster in a burst (docs/PERFORMANCE.md, "pack_k's prefetches for
  * long rows"). */
 #define PACK_PF_BURST 8192
 
-ALWAYS_INLINE int pack_pf_burst(int rows, size_t rowb) {
-    return (size_t)rows * rowb <= PACK_PF_BURST;
-}
+typedef struct {
+    const char *next; /* the next panel's first row */
+    size_t ldb;
+    int np;           /* its rows (<= 0: none) */
+    int burst;        /* asked for at once */
+} pack_pf;
 
-ALWAYS_INLINE void pack_pf_panel(const char *next, size_t ldb, int np, size_t rowb) {
-    for (int i = 0; i < np; i++)
-        prefetch_row(next + (size_t)i * ldb, rowb);
+ALWAYS_INLINE pack_pf pack_pf_begin(const int R, const char *src, size_t ldb, int left,
+                                    size_t rowb) {
+    pack_pf f;
+    f.np = min_int(R, left - R);
+    f.next = f.np > 0 ? src + (size_t)R * ldb : src;
+    f.ldb = ldb;
+    f.burst = (size_t)R * rowb <= PACK_PF_BURST;
+    if (f.burst)
+        for (int i = 0; i < f.np; i++)
+            prefetch_row(f.next + (size_t)i * ldb, rowb);
+    return f;
 }
 
 /* (a step of fewer than 64 bytes asks only where a line starts, relative to the row) */
-ALWAYS_INLINE void pack_pf_step(const int R, const char *next, size_t ldb, int np, size_t off,
-                                size_t nb) {
-    if (nb < 64 && off % 64 != 0)
+ALWAYS_INLINE void pack_pf_step(const int R, const pack_pf *f, size_t off, size_t nb) {
+    if (f->burst || (nb < 64 && off % 64 != 0))
         return;
     UNROLL_FULL
     for (int i = 0; i < R; i++)
-        if (i < np)
-            prefetch_row(next + (size_t)i * ldb + off, nb < 64 ? 64 : nb);
+        if (i < f->np)
+            prefetch_row(f->next + (size_t)i * f->ldb + off, nb < 64 ? 64 : nb);
 }
 
 #endif /* SDPA_SIMD_H */

@@ -93,7 +93,7 @@ static void x86_pack_q_bf16(int dk, const void *q, sdpa_dtype dt, uint16_t *qb) 
  * moves 32-bit lanes, so a pair travels whole) and stored as 16 pair-vectors: one pass
  * over K. The next strip's rows are prefetched while this one is transposed, as
  * tiles.h's pack_k does (K comes from the caller's memory, usually L3; simd.h,
- * pack_pf_*). */
+ * pack_pf_begin). */
 ALWAYS_INLINE void pack_k_bf16_dt(int n, int dk, const void *k, int64_t ldk, sdpa_dtype dt,
                                   uint16_t *kp) {
     const size_t es = elem_bytes(dt);
@@ -102,18 +102,12 @@ ALWAYS_INLINE void pack_k_bf16_dt(int n, int dk, const void *k, int64_t ldk, sdp
         const int nk = min_int(KPB_KEYS, n - j0);
         const char *src = (const char *)k + (size_t)j0 * (size_t)ldk * es;
         uint16_t *dst = kp + (size_t)j0 * (size_t)dkp;
-        const size_t ldkb = (size_t)ldk * es;
-        /* the next strip's rows (none past n: a lone row's stride may be any size) */
-        const int npf = min_int(KPB_KEYS, n - j0 - KPB_KEYS);
-        const char *next = npf > 0 ? src + (size_t)KPB_KEYS * ldkb : src;
-        const int burst = pack_pf_burst(KPB_KEYS, (size_t)dk * es);
-        if (burst)
-            pack_pf_panel(next, ldkb, npf, (size_t)dk * es);
+        const pack_pf pf =
+            pack_pf_begin(KPB_KEYS, src, (size_t)ldk * es, n - j0, (size_t)dk * es);
         for (int d0 = 0; d0 < dkp; d0 += 32) {
             const int nd = min_int(32, dk - d0);
             vf r[VL];
-            if (!burst && nd > 0)
-                pack_pf_step(KPB_KEYS, next, ldkb, npf, (size_t)d0 * es, (size_t)nd * es);
+            pack_pf_step(KPB_KEYS, &pf, (size_t)d0 * es, (size_t)nd * es);
             UNROLL_FULL
             for (int i = 0; i < VL; i++)
                 r[i] = i < nk ? _mm512_castsi512_ps(

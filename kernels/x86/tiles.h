@@ -185,7 +185,7 @@ static void x86_vexp(int n, const float *x, float *y) {
  * and stored as VL key-vectors: one pass over K, no scalar element moves. K comes from
  * the caller's memory, usually L3 (a head's K and V outgrow L2 beyond ~1000 keys at
  * D = 128) in short row-strided streams the hardware prefetcher does not pick up, so
- * the next VL rows are prefetched while this panel is transposed (simd.h, pack_pf_*). */
+ * the next VL rows are prefetched while this panel is transposed (simd.h, pack_pf_begin). */
 ALWAYS_INLINE void pack_k_dt(int n, int dk, const void *k, int64_t ldk, sdpa_dtype dt,
                              float *kp) {
     const size_t es = elem_bytes(dt);
@@ -195,19 +195,12 @@ ALWAYS_INLINE void pack_k_dt(int n, int dk, const void *k, int64_t ldk, sdpa_dty
         const int s0 = j0 & ~(2 * VL - 1), w = min_int(2 * VL, np - s0), h = j0 - s0;
         float *dst = kp + (size_t)s0 * (size_t)dk + h;
         const char *src = (const char *)k + (size_t)j0 * (size_t)ldk * es;
-        const size_t ldkb = (size_t)ldk * es;
-        /* the next panel's rows (none past n: a lone row's stride may be any size) */
-        const int npf = min_int(VL, n - j0 - VL);
-        const char *next = npf > 0 ? src + (size_t)VL * ldkb : src;
-        const int burst = pack_pf_burst(VL, (size_t)dk * es);
-        if (burst)
-            pack_pf_panel(next, ldkb, npf, (size_t)dk * es);
+        const pack_pf pf = pack_pf_begin(VL, src, (size_t)ldk * es, n - j0, (size_t)dk * es);
         for (int d0 = 0; d0 < dk; d0 += VL) {
             const int nd = min_int(VL, dk - d0);
             const vtail mk = v_tail(nd);
             vf r[VL];
-            if (!burst)
-                pack_pf_step(VL, next, ldkb, npf, (size_t)d0 * es, (size_t)VL * es);
+            pack_pf_step(VL, &pf, (size_t)d0 * es, (size_t)VL * es);
             UNROLL_FULL
             for (int i = 0; i < VL; i++)
                 r[i] = i < nk ? load_dt(src + (size_t)i * (size_t)ldk * es, d0, dt, mk) : v_zero();
